@@ -1,0 +1,91 @@
+"""Rotary position bookkeeping: rotate cached keys to new positions, and compaction plans.
+
+Cached keys already carry RoPE(p_old). Rotating them by RoPE(p_new - p_old) gives exactly the key
+the model would have computed at p_new, so re-indexing never re-runs the model. For M-RoPE
+(Qwen2.5-VL) each frequency channel belongs to one axis (t, h or w) by `mrope_section`, and is
+rotated by that axis' own delta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """The rotary frequencies of a model: inv_freq (head_dim/2,) and, for M-RoPE, its sections."""
+
+    inv_freq: torch.Tensor
+    mrope_section: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mrope_section is not None and sum(self.mrope_section) != self.inv_freq.numel():
+            raise ValueError(f"mrope_section {self.mrope_section} must sum to head_dim/2 = {self.inv_freq.numel()}")
+
+    @property
+    def axes(self) -> int:
+        """Number of position axes: 1 for RoPE, 3 for M-RoPE."""
+        return 1 if self.mrope_section is None else 3
+
+    @property
+    def head_dim(self) -> int:
+        return 2 * self.inv_freq.numel()
+
+    def channel_axes(self) -> torch.Tensor:
+        """For each frequency channel, the position axis that drives it."""
+        if self.mrope_section is None:
+            return torch.zeros(self.inv_freq.numel(), dtype=torch.long)
+        # Same layout as transformers' recomposition: section i follows axis i % 3.
+        return torch.cat([torch.full((n,), i % 3, dtype=torch.long) for i, n in enumerate(self.mrope_section)])
+
+    @classmethod
+    def from_config(cls, head_dim: int, theta: float, mrope_section: Sequence[int] | None = None) -> RopeSpec:
+        """Default (unscaled) RoPE frequencies, as transformers computes them."""
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        return cls(inv_freq, tuple(mrope_section) if mrope_section is not None else None)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, spec: RopeSpec) -> torch.Tensor:
+    """Apply RoPE(delta) to keys of shape (..., N, head_dim); delta is (axes, N) positions.
+
+    The rotation runs in fp32 whatever the cache dtype (a bf16 angle of a large position is off by
+    whole radians), and the angles themselves in fp64: an fp32 product delta * theta of a shift of
+    30K positions is already off by 1e-3 rad. There are only N * head_dim/2 angles, so it is cheap.
+    """
+    if delta.dim() == 1:
+        delta = delta.unsqueeze(0)
+    if delta.shape != (spec.axes, keys.shape[-2]):
+        raise ValueError(f"delta must have shape {(spec.axes, keys.shape[-2])}, got {tuple(delta.shape)}")
+    device = keys.device
+    # MPS has no fp64; there the fp32 angle is the best available.
+    wide = torch.float32 if device.type == "mps" else torch.float64
+    inv_freq = spec.inv_freq.to(device=device, dtype=wide)
+    axes = spec.channel_axes().to(device)
+    angle = delta.to(device=device, dtype=wide)[axes].T * inv_freq  # (N, D/2)
+    emb = torch.cat((angle, angle), dim=-1)
+    k = keys.float()
+    out = k * emb.cos().float() + _rotate_half(k) * emb.sin().float()
+    return out.to(keys.dtype)
+
+
+def dense_rank(values: torch.Tensor) -> torch.Tensor:
+    """Rank of each value among the distinct values (0, 1, 2, ...), keeping order and ties."""
+    _, inverse = torch.unique(values, sorted=True, return_inverse=True)
+    return inverse
+
+
+def compact_positions(positions: torch.Tensor, base: int) -> torch.Tensor:
+    """Left-compaction of (axes, N) positions: p_new^d = base + rank_d(p_old^d), axis by axis.
+
+    For 1D RoPE every video token has its own position, so this is base + slot index. For
+    M-RoPE the t, h and w coordinates are compacted independently (paper section 11.2).
+    """
+    return torch.stack([base + dense_rank(axis) for axis in positions]) if positions.numel() else positions.clone()
