@@ -1,0 +1,396 @@
+"""Tiny random-weight checkpoints of the real backbones, for tests and offline use.
+
+`build_tiny` writes a directory that loads through exactly the same path as a real
+checkpoint: `AutoProcessor.from_pretrained(d)` and
+`AutoModelForImageTextToText.from_pretrained(d)`. Only the sizes are tiny; the classes,
+processors, placeholder logic, RoPE flavour (1D for LLaVA-OneVision, M-RoPE for
+Qwen2.5-VL), GQA and chat templates are the real ones. Answers are noise; the cache and
+attention dynamics are real.
+
+Token layout (ids are the tiny tokenizer's, not the real 151k vocabulary):
+- ids 0..255 are the 256 byte symbols (id == byte value), no merges;
+- special tokens follow at 256+, in the same order as in the real vocabularies.
+
+Tokens per frame:
+- LLaVA-OneVision: every frame is resized to 384x384 -> 27x27 SigLIP patches ->
+  bilinear pooling to 14x14 = 196 tokens, plus ONE `image_newline` token appended after the
+  last frame of each video passed to the processor/model (so F frames -> 196*F + 1 `<video>`
+  placeholders).
+- Qwen2.5-VL: frames are resized by `smart_resize` to about 224x224 pixels (min = max =
+  224*224 here), 14 px patches, 2x2 spatial merge, 2 frames per temporal patch. A 224x224
+  frame pair gives 8x8 = 64 `<|video_pad|>` tokens; in general ceil(F/2)*(H/28)*(W/28) for the
+  resized H, W (F padded up to even by repeating the last frame). No newline token.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SUPPORTED_ARCHS: tuple[str, ...] = ("llava_onevision", "qwen2_5_vl")
+
+# Bump when the builder output changes, so cached checkpoints are rebuilt, not reused.
+TINY_VERSION = 1
+
+# Std of the re-initialised q_proj/k_proj weights of every LM decoder layer. With the
+# default init (std 0.02) and RMS-normalised inputs of width 64, q and k elements have std
+# sqrt(64) * 0.02 = 0.16 and the logits q.k / sqrt(16) have std 64 * 0.02^2 = 0.026:
+# softmax is then almost uniform and tests cannot tell a right cache from a wrong one.
+# At std 0.25 the logit std is 64 * 0.25^2 = 4, so attention is peaked and depends on
+# content and (through RoPE) on relative position.
+QK_INIT_STD = 0.25
+
+LM_HIDDEN = 64
+LM_HEADS = 4
+LM_KV_HEADS = 2  # GQA: 2 query heads per KV head, so repeat_kv is exercised
+LM_HEAD_DIM = LM_HIDDEN // LM_HEADS  # 16
+LM_INTERMEDIATE = 128
+ROPE_THETA = 1_000_000.0  # as in the real Qwen2 / Qwen2.5-VL checkpoints
+MAX_POSITIONS = 32768
+
+# LLaVA-OneVision vision side (SigLIP): real patch and image size, tiny width/depth.
+SIGLIP_IMAGE_SIZE = 384
+SIGLIP_PATCH = 14
+LLAVA_NUM_IMAGE_TOKENS = (SIGLIP_IMAGE_SIZE // SIGLIP_PATCH) ** 2  # 729 = 27 x 27
+LLAVA_TOKENS_PER_FRAME = ((SIGLIP_IMAGE_SIZE // SIGLIP_PATCH + 1) // 2) ** 2  # 196 = 14 x 14
+LLAVA_NEWLINE_TOKENS_PER_VIDEO = 1
+
+# Qwen2.5-VL vision side: real patch/merge/temporal sizes, tiny width/depth.
+QWEN_PATCH = 14
+QWEN_MERGE = 2
+QWEN_TEMPORAL_PATCH = 2
+QWEN_FRAME_PIXELS = 224 * 224  # smart_resize target (min = max) for video frames
+QWEN_TOKENS_PER_FRAME_PAIR_224 = (224 // (QWEN_PATCH * QWEN_MERGE)) ** 2  # 64
+QWEN_MROPE_SECTION = [2, 3, 3]  # sums to LM_HEAD_DIM / 2 = 8 (real: [16, 24, 24] at 128)
+QWEN_TOKENS_PER_SECOND = 2  # as in the real Qwen2.5-VL vision config
+
+# Special tokens, in the order of the real vocabularies (real ids start at 151643).
+_COMMON_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+_LLAVA_SPECIALS = [*_COMMON_SPECIALS, "<image>", "<video>"]
+_QWEN_SPECIALS = [
+    *_COMMON_SPECIALS,
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+
+# The llava-hf LLaVA-OneVision chat template (role, then images, videos, then text).
+LLAVA_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + ' '}}"
+    "{# Render all images first #}{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>' }}{% endfor %}"
+    "{# Render all video then #}{% for content in message['content'] | selectattr('type', 'equalto', 'video') %}"
+    "{{ '<video>' }}{% endfor %}"
+    "{# Render all text next #}{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ '\\n' + content['text'] }}{% endfor %}"
+    "{% else %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ '\\n' + content['text'] }}{% endgeneration %}{% endfor %}{% endif %}"
+    "{{'<|im_end|>\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# The Qwen2.5-VL-Instruct chat template (default system prompt, vision_start/pad/end).
+QWEN_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2 byte -> printable unicode map (what the ByteLevel pre-tokenizer emits)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
+
+
+def _build_tokenizer(specials: list[str], chat_template: str) -> Any:
+    """Byte-level Qwen2Tokenizer: 256 byte symbols (id == byte), no merges, then specials."""
+    from transformers import Qwen2Tokenizer
+
+    b2u = _bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    for i, tok in enumerate(specials):
+        vocab[tok] = 256 + i
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[],
+        unk_token=None,  # every byte is in the vocabulary, so nothing is ever unknown
+        bos_token=None,  # Qwen2 adds no BOS
+        eos_token="<|im_end|>",  # end of an assistant turn, as in the real instruct tokenizers
+        pad_token="<|endoftext|>",
+        extra_special_tokens=[t for t in specials if t != "<|endoftext|>"],
+    )
+    tokenizer.chat_template = chat_template
+    return tokenizer
+
+
+def _scale_qk(layers: torch.nn.ModuleList, seed: int, std: float) -> None:
+    """Re-initialise q_proj/k_proj weights so attention is far from uniform (see QK_INIT_STD)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for layer in layers:
+            attn = layer.self_attn
+            for proj in (attn.q_proj, attn.k_proj):
+                w = torch.randn(proj.weight.shape, generator=gen, dtype=torch.float32) * std
+                proj.weight.copy_(w)
+
+
+def _text_kwargs(vocab_size: int, num_layers: int, specials: list[str]) -> dict[str, Any]:
+    """LM hyper-parameters shared by both backbones."""
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": LM_HIDDEN,
+        "intermediate_size": LM_INTERMEDIATE,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": LM_HEADS,
+        "num_key_value_heads": LM_KV_HEADS,
+        "max_position_embeddings": MAX_POSITIONS,
+        "bos_token_id": 256 + specials.index("<|endoftext|>"),
+        "eos_token_id": 256 + specials.index("<|im_end|>"),
+        "pad_token_id": 256 + specials.index("<|endoftext|>"),
+    }
+
+
+def _build_llava(num_layers: int) -> tuple[Any, Any]:
+    """(model, processor) for LLaVA-OneVision with a tiny Qwen2 LM and a tiny SigLIP."""
+    from transformers import (
+        LlavaOnevisionConfig,
+        LlavaOnevisionForConditionalGeneration,
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+        Qwen2Config,
+        SiglipVisionConfig,
+    )
+
+    tokenizer = _build_tokenizer(_LLAVA_SPECIALS, LLAVA_CHAT_TEMPLATE)
+    text_config = Qwen2Config(
+        **_text_kwargs(len(tokenizer), num_layers, _LLAVA_SPECIALS),
+        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
+    )
+    vision_config = SiglipVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        patch_size=SIGLIP_PATCH,
+        image_size=SIGLIP_IMAGE_SIZE,
+        vision_use_head=False,
+    )
+    config = LlavaOnevisionConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        image_token_index=256 + _LLAVA_SPECIALS.index("<image>"),
+        video_token_index=256 + _LLAVA_SPECIALS.index("<video>"),
+        # Real llava-hf OneVision values: last layer, all 729 patches (SigLIP has no CLS).
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
+        # Untied, unlike the real 0.5B: with tied random embeddings the residual stream is
+        # dominated by the input embedding, so greedy decoding just repeats the last token.
+        tie_word_embeddings=False,
+    )
+    model = LlavaOnevisionForConditionalGeneration(config)
+
+    # SigLIP normalisation (mean = std = 0.5), as the real checkpoints' processors use.
+    half = [0.5, 0.5, 0.5]
+    size = {"height": SIGLIP_IMAGE_SIZE, "width": SIGLIP_IMAGE_SIZE}
+    image_processor = LlavaOnevisionImageProcessor(image_mean=half, image_std=half, size=size)
+    video_processor = LlavaOnevisionVideoProcessor(image_mean=half, image_std=half, size=size)
+    processor = LlavaOnevisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        num_image_tokens=LLAVA_NUM_IMAGE_TOKENS,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
+        chat_template=LLAVA_CHAT_TEMPLATE,
+    )
+    return model, processor
+
+
+def _build_qwen(num_layers: int) -> tuple[Any, Any]:
+    """(model, processor) for Qwen2.5-VL with a tiny LM (M-RoPE) and a tiny windowed ViT."""
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    tokenizer = _build_tokenizer(_QWEN_SPECIALS, QWEN_CHAT_TEMPLATE)
+    text_config = {
+        **_text_kwargs(len(tokenizer), num_layers, _QWEN_SPECIALS),
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": ROPE_THETA,
+            "mrope_section": QWEN_MROPE_SECTION,
+        },
+    }
+    vision_config = {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": QWEN_PATCH,
+        "spatial_merge_size": QWEN_MERGE,
+        "temporal_patch_size": QWEN_TEMPORAL_PATCH,
+        "tokens_per_second": QWEN_TOKENS_PER_SECOND,
+        "window_size": 112,  # real value: 4x4 merged-token windows
+        "fullatt_block_indexes": [1],  # block 0 windowed, block 1 full, like the real mix
+        "out_hidden_size": LM_HIDDEN,
+    }
+    ids = {t: 256 + i for i, t in enumerate(_QWEN_SPECIALS)}
+    config = Qwen2_5_VLConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,  # as in the real 7B checkpoint
+    )
+    model = Qwen2_5_VLForConditionalGeneration(config)
+
+    common = {
+        "patch_size": QWEN_PATCH,
+        "temporal_patch_size": QWEN_TEMPORAL_PATCH,
+        "merge_size": QWEN_MERGE,
+    }
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": 56 * 56, "longest_edge": QWEN_FRAME_PIXELS}, **common
+    )
+    # min = max pixels: every frame of a stream gets the same small grid (~224x224 px),
+    # whatever its resolution. The per-frame pixel cap is irrelevant at this size; setting
+    # it explicitly keeps token counts predictable and silences the deprecation warning.
+    video_processor = Qwen2VLVideoProcessor(
+        size={"shortest_edge": QWEN_FRAME_PIXELS, "longest_edge": QWEN_FRAME_PIXELS},
+        cap_pixels_per_frame=False,
+        **common,
+    )
+    processor = Qwen2_5_VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=QWEN_CHAT_TEMPLATE,
+    )
+    return model, processor
+
+
+def build_tiny(
+    arch: str,
+    out_dir: str | Path,
+    num_layers: int = 4,
+    seed: int = 0,
+    *,
+    qk_std: float = QK_INIT_STD,
+) -> Path:
+    """Build a tiny random-weight checkpoint of `arch` into `out_dir` and return the path.
+
+    Deterministic given `seed`. `qk_std` exists so tests can show that the default init
+    gives near-uniform attention; leave it alone otherwise.
+    """
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"unknown tiny arch {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    from transformers import GenerationConfig
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    builder = _build_llava if arch == "llava_onevision" else _build_qwen
+    model, processor = builder(num_layers)
+    _scale_qk(model.model.language_model.layers, seed, qk_std)
+    model = model.to(torch.float32).eval()
+    model.config.dtype = torch.float32  # saved as "dtype": "float32"
+
+    text = model.config.text_config
+    # Greedy by default; stop on <|im_end|> or <|endoftext|> like the real generation configs.
+    model.generation_config = GenerationConfig(
+        bos_token_id=text.bos_token_id,
+        eos_token_id=[text.eos_token_id, text.pad_token_id],
+        pad_token_id=text.pad_token_id,
+        do_sample=False,
+    )
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+def _cache_root() -> Path:
+    """Root of the HERMES cache: $HERMES_CACHE, else ~/.cache/hermes."""
+    env = os.environ.get("HERMES_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "hermes"
+
+
+def default_tiny_dir(arch: str, num_layers: int) -> Path:
+    """Where `ensure_tiny` keeps the tiny checkpoint for (arch, num_layers)."""
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"unknown tiny arch {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+    return _cache_root() / "tiny" / f"{arch}-L{num_layers}-v{TINY_VERSION}"
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+
+
+def ensure_tiny(arch: str, num_layers: int = 4, seed: int = 0) -> Path:
+    """Return the cached tiny checkpoint for (arch, num_layers), building it if missing.
+
+    Builds into a temporary sibling directory and renames it into place, so a reader never
+    sees a half-written checkpoint; if another process wins the race, its copy is kept.
+    """
+    final = default_tiny_dir(arch, num_layers)
+    if _is_complete(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        build_tiny(arch, tmp, num_layers=num_layers, seed=seed)
+        if final.exists() and not _is_complete(final):
+            shutil.rmtree(final, ignore_errors=True)  # leftover of an older, broken layout
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not _is_complete(final):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,424 @@
+"""Tests for hermes.video (decoding, sampling, chunking, webcam frames) and hermes.clips.
+
+Needs ffmpeg on PATH (Debian: apt-get install -y ffmpeg) to make the clips.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hermes import clips
+from hermes.clips import ClipError, make_clip
+from hermes.video import (
+    Chunker,
+    Frame,
+    VideoError,
+    VideoFile,
+    chunk_stream,
+    fit_size,
+    iter_chunks,
+    iter_frames,
+    letterbox,
+    probe,
+    sample_indices,
+    sample_times,
+    to_rgb_uint8,
+)
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+RED = (255, 0, 0)
+BLUE = (0, 0, 255)
+
+
+def mean_rgb(img: np.ndarray) -> np.ndarray:
+    return img.reshape(-1, 3).mean(axis=0)
+
+
+def is_solid(img: np.ndarray, rgb: tuple[int, int, int], tol: float = 20.0) -> bool:
+    """True if the frame is (almost) entirely one colour (H.264 moves colours a little)."""
+    return bool(np.abs(mean_rgb(img) - np.asarray(rgb)).max() < tol and img.reshape(-1, 3).std(axis=0).max() < tol)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("clips")
+
+
+@pytest.fixture(scope="session")
+def clip5(clip_dir: Path) -> Path:
+    """5 s at 10 fps, 320x240: red frame at t=3.0, blue frame at t=1.5."""
+    return make_clip(clip_dir / "clip5.mp4", 5.0, fps=10, size=(320, 240), needles={3.0: "red", 1.5: "blue"})
+
+
+@pytest.fixture(scope="session")
+def big_clip(clip_dir: Path) -> Path:
+    return make_clip(clip_dir / "big.mp4", 0.5, fps=4, size=(2560, 1440))
+
+
+@pytest.fixture(scope="session")
+def one_frame_clip(clip_dir: Path) -> Path:
+    return make_clip(clip_dir / "one_frame.mp4", 0.1, fps=10, size=(160, 120))
+
+
+# --------------------------------------------------------------------------- pure sampling
+
+
+def test_sample_times_grid() -> None:
+    np.testing.assert_allclose(sample_times(5.0, 1.0), [0, 1, 2, 3, 4])
+    np.testing.assert_allclose(sample_times(5.0, 0.5), [0, 2, 4])
+    np.testing.assert_allclose(sample_times(4.0, 0.5), [0, 2])  # t=4 is the end, not a frame
+    np.testing.assert_allclose(sample_times(0.1, 1.0), [0])  # shorter than one period
+    np.testing.assert_allclose(sample_times(10.0, 0.5, start=3.0), [4, 6, 8])  # grid anchored at 0
+    assert sample_times(0.0, 1.0).size == 0
+    with pytest.raises(ValueError):
+        sample_times(5.0, 0.0)
+
+
+def test_sample_indices_picks_frame_on_screen_and_dedups() -> None:
+    ft = np.arange(50) * np.float32(0.1)  # float32-ish container timestamps, 10 fps
+    idx, ts = sample_indices(ft, 1.0)
+    assert idx.tolist() == [0, 10, 20, 30, 40]
+    np.testing.assert_allclose(ts, [0, 1, 2, 3, 4], atol=1e-6)
+    # Above the native rate each source frame is used once.
+    idx, _ = sample_indices(ft[:5], 100.0)
+    assert idx.tolist() == [0, 1, 2, 3, 4]
+    idx, _ = sample_indices(ft, None, start=1.0, end=1.5)
+    assert idx.tolist() == [10, 11, 12, 13, 14]
+    idx, _ = sample_indices(ft, 0.5, start=1.0, end=4.0)
+    assert idx.tolist() == [20]
+
+
+def test_fit_size_keeps_aspect_and_never_upscales() -> None:
+    assert fit_size(2560, 1440, 768) == (768, 432)
+    assert fit_size(1440, 2560, 768) == (432, 768)
+    assert fit_size(640, 480, 768) == (640, 480)
+    assert fit_size(4000, 3000, None) == (4000, 3000)
+    assert fit_size(10000, 3, 768) == (768, 1)
+
+
+# --------------------------------------------------------------------------- file decoding
+
+
+def test_decode_1fps_and_05fps(clip5: Path) -> None:
+    with VideoFile(clip5) as vf:
+        info = vf.info
+        assert info.num_frames == 50
+        assert info.fps == pytest.approx(10.0)
+        assert info.duration == pytest.approx(5.0, abs=0.01)
+        assert (info.width, info.height) == (320, 240)
+        assert info.frame_size == (320, 240)
+        assert info.name == "clip5.mp4"
+
+        frames = list(vf.frames(1.0))
+        assert [f.source_index for f in frames] == [0, 10, 20, 30, 40]
+        np.testing.assert_allclose([f.t for f in frames], [0, 1, 2, 3, 4], atol=1e-3)
+        for f in frames:
+            assert f.image.dtype == np.uint8 and f.image.shape == (240, 320, 3)
+
+        frames = list(vf.frames(0.5, batch_size=2))
+        np.testing.assert_allclose([f.t for f in frames], [0, 2, 4], atol=1e-3)
+        assert vf.count(0.5) == 3
+        assert vf.count(None) == 50
+
+
+def test_needles_found_at_their_time(clip5: Path) -> None:
+    frames = list(iter_frames(clip5, 1.0))
+    red = [round(f.t, 3) for f in frames if is_solid(f.image, RED)]
+    assert red == [3.0]
+    assert not any(is_solid(f.image, BLUE) for f in frames)  # t=1.5 is not on the 1 fps grid
+
+    frames = list(iter_frames(clip5, 2.0))
+    assert [round(f.t, 3) for f in frames if is_solid(f.image, BLUE)] == [1.5]
+    assert [round(f.t, 3) for f in frames if is_solid(f.image, RED)] == [3.0]
+    # The testsrc2 frames around the needles are not solid.
+    assert sum(is_solid(f.image, RED) or is_solid(f.image, BLUE) for f in frames) == 2
+
+
+@pytest.mark.parametrize(("codec", "suffix"), [("mpeg4", ".avi"), ("libvpx-vp9", ".webm")])
+def test_other_containers_decode_with_needle(tmp_path: Path, codec: str, suffix: str) -> None:
+    p = make_clip(tmp_path / f"clip{suffix}", 2.0, fps=10, size=(160, 120), needles={1.0: "red"}, codec=codec)
+    frames = list(iter_frames(p, 1.0))
+    np.testing.assert_allclose([f.t for f in frames], [0, 1], atol=1e-3)
+    assert [is_solid(f.image, RED, tol=30) for f in frames] == [False, True]
+
+
+def test_start_end_window(clip5: Path) -> None:
+    frames = list(iter_frames(clip5, 1.0, start=2.0, end=4.0))
+    np.testing.assert_allclose([f.t for f in frames], [2, 3])
+    assert is_solid(frames[1].image, RED)
+
+
+def test_large_resolution_is_downscaled(big_clip: Path) -> None:
+    info = probe(big_clip)
+    assert (info.width, info.height) == (2560, 1440)
+    assert info.frame_size == (768, 432)
+    frames = list(iter_frames(big_clip, None))
+    assert len(frames) == 2
+    assert frames[0].image.shape == (432, 768, 3)
+    small = list(iter_frames(big_clip, None, max_side=256))
+    assert small[0].image.shape == (144, 256, 3)
+
+
+def test_one_frame_video(one_frame_clip: Path) -> None:
+    frames = list(iter_frames(one_frame_clip, 1.0))
+    assert len(frames) == 1 and frames[0].t == 0.0 and frames[0].source_index == 0
+    chunks = list(iter_chunks(one_frame_clip, 0.5, chunk_frames=16, pad_to=2))
+    assert len(chunks) == 1
+    assert chunks[0].num_frames == 2 and chunks[0].n_real == 1 and chunks[0].final
+
+
+def test_iter_chunks_from_file(clip5: Path) -> None:
+    chunks = list(iter_chunks(clip5, 1.0, chunk_frames=2, pad_to=2))
+    assert [c.num_frames for c in chunks] == [2, 2, 2]
+    assert [c.n_real for c in chunks] == [2, 2, 1]
+    assert [c.indices.tolist() for c in chunks] == [[0, 1], [2, 3], [4, 4]]
+    assert [c.source_indices.tolist() for c in chunks] == [[0, 10], [20, 30], [40, 40]]
+    np.testing.assert_allclose(chunks[1].timestamps, [2, 3], atol=1e-3)
+    assert [c.final for c in chunks] == [False, False, True]
+    assert [c.chunk_index for c in chunks] == [0, 1, 2]
+    assert chunks[0].frames.shape == (2, 240, 320, 3) and chunks[0].size == (320, 240)
+    assert np.array_equal(chunks[2].frames[0], chunks[2].frames[1])  # padding repeats the last frame
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _assert_video_error(path: Path, *, match: str | None = None) -> None:
+    with pytest.raises(VideoError) as ei:
+        list(iter_frames(path, 1.0))  # the error may come at open or while decoding
+    assert isinstance(ei.value, ValueError)
+    assert path.name in str(ei.value)
+    if match:
+        assert match in ei.value.reason
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    _assert_video_error(tmp_path / "missing_clip.mp4", match="not found")
+
+
+def test_zero_byte_file(tmp_path: Path) -> None:
+    p = tmp_path / "nothing_here.mp4"
+    p.write_bytes(b"")
+    _assert_video_error(p, match="0 bytes")
+
+
+def test_text_file_renamed_mp4(tmp_path: Path) -> None:
+    p = tmp_path / "notes_renamed.mp4"
+    p.write_text("this is not a video\n" * 50)
+    _assert_video_error(p)
+
+
+def test_directory_is_rejected(tmp_path: Path) -> None:
+    d = tmp_path / "a_folder.mp4"
+    d.mkdir()
+    _assert_video_error(d)
+
+
+@pytest.mark.parametrize("how", ["truncate_half", "zero_header", "flip_data"])
+def test_corrupt_file(clip5: Path, tmp_path: Path, how: str) -> None:
+    data = bytearray(clip5.read_bytes())
+    mdat = data.find(b"mdat")
+    assert 0 < mdat < len(data) // 4  # make_clip writes mp4 with +faststart: index first
+    if how == "truncate_half":
+        data = data[: len(data) // 2]
+    elif how == "zero_header":
+        data[: mdat + 8] = bytes(mdat + 8)
+    else:  # damage every 7th byte of the frame data, keep the index intact
+        for k in range(mdat + 8, len(data), 7):
+            data[k] ^= 0xFF
+    p = tmp_path / f"corrupt_{how}.mp4"
+    p.write_bytes(bytes(data))
+    _assert_video_error(p)
+
+
+def test_zero_frame_video(tmp_path: Path) -> None:
+    p = make_clip(tmp_path / "zero_frames.mp4", 0.0)
+    assert p.stat().st_size > 0
+    _assert_video_error(p, match="0 frames")
+
+
+def test_make_clip_without_ffmpeg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(clips.shutil, "which", lambda name: None)
+    with pytest.raises(ClipError, match="ffmpeg not found"):
+        make_clip(tmp_path / "x.mp4", 1.0)
+
+
+def test_make_clip_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        make_clip(tmp_path / "x.mp4", 1.0, needles={2.0: "red"})
+    with pytest.raises(ValueError, match="colour"):
+        make_clip(tmp_path / "x.mp4", 1.0, needles={0.0: "red:t=1"})
+
+
+# --------------------------------------------------------------------------- chunking
+
+
+def _solid(h: int, w: int, value: int) -> np.ndarray:
+    return np.full((h, w, 3), value, dtype=np.uint8)
+
+
+def test_chunker_sizes_indices_flush_and_pad() -> None:
+    ch = Chunker(3)
+    out = [ch.push(_solid(8, 8, i), t=float(i)) for i in range(7)]
+    full = [c for c in out if c is not None]
+    assert [i for i, c in enumerate(out) if c is not None] == [2, 5]
+    assert [c.indices.tolist() for c in full] == [[0, 1, 2], [3, 4, 5]]
+    assert full[1].frames[:, 0, 0, 0].tolist() == [3, 4, 5]
+    assert ch.pending == 1
+
+    last = ch.flush(pad_to=2)
+    assert last is not None and last.final
+    assert last.num_frames == 2 and last.n_real == 1 and last.n_padded == 1
+    assert last.indices.tolist() == [6, 6]
+    assert last.timestamps.tolist() == [6.0, 6.0]
+    assert last.end == 6.0
+    assert ch.flush() is None and ch.pending == 0
+
+    # The stream continues after a flush; reset starts over.
+    assert ch.push(_solid(8, 8, 9), t=7.0) is None
+    assert ch.flush().indices.tolist() == [7]
+    ch.reset()
+    ch.push(_solid(8, 8, 1), t=0.0)
+    assert ch.flush().indices.tolist() == [0]
+
+
+@pytest.mark.parametrize(("n", "pad_to", "expected"), [(5, 4, 8), (4, 4, 4), (3, None, 3), (1, 2, 2), (3, 1, 3)])
+def test_flush_pad_to_multiple(n: int, pad_to: int | None, expected: int) -> None:
+    ch = Chunker(16)
+    for i in range(n):
+        ch.push(_solid(4, 4, i), t=float(i))
+    chunk = ch.flush(pad_to=pad_to)
+    assert chunk.num_frames == expected and chunk.n_real == n
+    assert (chunk.frames[n:] == n - 1).all()
+
+
+def test_chunk_stream_matches_chunker() -> None:
+    frames = [Frame(_solid(6, 10, i), t=i * 0.5, source_index=i * 5) for i in range(5)]
+    chunks = list(chunk_stream(frames, 2, pad_to=2))
+    assert [c.indices.tolist() for c in chunks] == [[0, 1], [2, 3], [4, 4]]
+    assert chunks[1].source_indices.tolist() == [10, 15]
+    assert chunks[1].timestamps.tolist() == [1.0, 1.5]
+    assert chunks[0].size == (10, 6)
+
+
+def test_webcam_frames_of_varying_kinds_become_one_size() -> None:
+    ch = Chunker(4, max_side=768)
+    rgb = np.zeros((480, 640, 3), np.uint8)
+    rgb[..., 0] = 200
+    rgba = np.zeros((720, 1280, 4), np.uint8)
+    rgba[..., 1] = 150
+    rgba[..., 3] = 7  # alpha must be dropped, not blended
+    gray = np.full((640, 480), 90, np.uint8)  # portrait: letterboxed into landscape
+    flt = np.full((240, 320, 3), 0.5, np.float32)
+    assert ch.push(rgb, t=0.0) is None
+    assert ch.push(rgba, t=0.1) is None
+    assert ch.push(gray, t=0.2) is None
+    chunk = ch.push(flt, t=0.3)
+    assert chunk is not None and ch.size == (640, 480)
+    assert chunk.frames.shape == (4, 480, 640, 3) and chunk.frames.dtype == np.uint8
+    np.testing.assert_allclose(mean_rgb(chunk.frames[0]), [200, 0, 0])
+    # 1280x720 -> 640x360 centred with black bars of 60 rows.
+    np.testing.assert_allclose(mean_rgb(chunk.frames[1][60:420]), [0, 150, 0], atol=0.5)
+    assert chunk.frames[1][:60].max() == 0 and chunk.frames[1][420:].max() == 0
+    # 480x640 portrait -> 360x480 centred with black bars of 140 columns.
+    assert (chunk.frames[2][:, 140:500] == 90).all()
+    assert chunk.frames[2][:, :140].max() == 0 and chunk.frames[2][:, 500:].max() == 0
+    assert (chunk.frames[3] == 128).all()  # 0.5 * 255 rounds to 128
+    assert chunk.indices.tolist() == [0, 1, 2, 3]
+
+
+def test_chunker_first_frame_size_is_capped_or_fixed() -> None:
+    ch = Chunker(1, max_side=768)
+    chunk = ch.push(np.zeros((1000, 2000, 3), np.uint8), t=0.0)
+    assert chunk.size == (768, 384)
+    ch = Chunker(1, size=(64, 48))
+    chunk = ch.push(np.zeros((1000, 2000, 3), np.uint8), t=0.0)
+    assert chunk.size == (64, 48)
+
+
+def test_chunker_fps_thinning() -> None:
+    ch = Chunker(16, fps=1.0)
+    times = [0.0, 0.5, 0.98, 1.5, 2.0, 2.5, 3.01, 7.0, 7.4, 8.0]  # 0.98: jitter, 7.0: after a gap
+    for t in times:
+        ch.push(_solid(4, 4, 0), t=t)
+    chunk = ch.flush()
+    assert chunk.timestamps.tolist() == [0.0, 0.98, 2.0, 3.01, 7.0, 8.0]
+    assert ch.dropped == 4
+
+
+def test_chunker_default_clock_is_monotonic() -> None:
+    ch = Chunker(16)
+    for _ in range(3):
+        ch.push(_solid(4, 4, 0))
+    ts = ch.flush().timestamps
+    assert ts[0] == 0.0 and np.all(np.diff(ts) >= 0)
+
+
+def test_to_rgb_uint8_conversions() -> None:
+    g = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    out = to_rgb_uint8(g)
+    assert out.shape == (3, 4, 3) and (out[..., 0] == g).all() and (out[..., 2] == g).all()
+    assert to_rgb_uint8(g[..., None]).shape == (3, 4, 3)
+    rgba = np.random.default_rng(0).integers(0, 256, (5, 6, 4), dtype=np.uint8)
+    assert np.array_equal(to_rgb_uint8(rgba), rgba[..., :3])
+    assert to_rgb_uint8(np.ones((2, 2, 3), np.float64)).max() == 255
+    assert to_rgb_uint8(np.full((2, 2, 3), 7, np.int64)).dtype == np.uint8
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros((4, 4, 2), np.uint8),
+        np.zeros((2, 4, 4, 3), np.uint8),
+        np.zeros((5,), np.uint8),
+        np.zeros((0, 4, 3), np.uint8),
+        np.full((4, 4, 3), 2.0, np.float32),
+        np.full((4, 4, 3), np.nan, np.float32),
+        np.full((4, 4, 3), 1000, np.uint16),
+        np.zeros((4, 4, 3), bool),
+        [[0, 0, 0]],
+        "frame.png",
+    ],
+    ids=["2ch", "4d", "1d", "empty", "float>1", "nan", "uint16", "bool", "list", "str"],
+)
+def test_to_rgb_uint8_rejects(bad: object) -> None:
+    with pytest.raises(ValueError):
+        to_rgb_uint8(bad)
+    with pytest.raises(ValueError):
+        Chunker(2).push(bad, t=0.0)
+
+
+def test_letterbox_same_size_is_identity() -> None:
+    img = _solid(6, 8, 3)
+    assert letterbox(img, (8, 6)) is img
+
+
+# --------------------------------------------------------------------------- assets
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds", "size"), [("sample.mp4", 40.0, (640, 480)), ("cockatoo.mp4", 14.0, (640, 360))]
+)
+def test_sample_assets_decode(name: str, seconds: float, size: tuple[int, int]) -> None:
+    path = ASSETS / name
+    with VideoFile(path) as vf:
+        assert vf.info.duration == pytest.approx(seconds, abs=0.2)
+        assert vf.info.frame_size == size
+        assert vf.count(1.0) == round(seconds)
+        frames = list(vf.frames(0.25))
+    assert len(frames) == int(np.ceil(seconds * 0.25))
+    assert all(f.image.shape == (size[1], size[0], 3) for f in frames)
+    assert all(f.image.std() > 10 for f in frames)  # real content, not blank frames
+    assert (ASSETS / "LICENSE-sample.md").is_file()
+
+
+def test_ffmpeg_is_available_for_these_tests() -> None:
+    # A clear message in CI when the Debian ffmpeg package is missing.
+    assert shutil.which("ffmpeg"), "install ffmpeg (apt-get install -y ffmpeg) to run the video tests"
