@@ -1,0 +1,259 @@
+"""StreamingSession: chunks in, compact memory kept, questions answered from it.
+
+The data path of the paper, one call per step: `ingest` prefills a chunk into the cache, runs the
+guidance pass and lets the policy evict (scoring per tier, smoothing across layers, Top-K with a
+summary, re-indexing); `ask` appends the question after the memory, decodes greedily and leaves
+the memory exactly as it was. Headless: the CLI, the web app, tests and benchmarks all drive it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hermes.cache import ChunkMeta, HermesMemory, MemorySnapshot
+from hermes.config import HermesConfig
+from hermes.guidance import AttentionProbe, guidance_texts
+from hermes.metrics import memory_reading, now_ms
+from hermes.models.base import VideoLM, cache_view
+from hermes.policies import make_policy
+from hermes.tiers import Tier
+from hermes.video import Chunk
+
+MAX_QUESTION_CHARS = 1000
+MAX_NEW_TOKENS = 64
+
+
+class QuestionError(ValueError):
+    """A question the engine will not take (empty, or too long), with the reason."""
+
+
+@dataclass
+class ChunkReport:
+    """What one chunk cost and left behind."""
+
+    chunk_index: int
+    frames_seen: int
+    stream_time_s: float
+    tokens: int
+    prefill_ms: float
+    compress_ms: float
+    evicted: int
+    reindexed: bool
+    cache_bytes: int
+    video_tokens_per_layer: list[int]
+
+
+@dataclass
+class AnswerUpdate:
+    """The answer so far; `done` on the last update, which carries the timings."""
+
+    question: str
+    text: str
+    done: bool = False
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    tokens: int = 0
+    top_logprobs: list[tuple[str, float]] = field(default_factory=list)
+    frames_seen: int = 0
+    frames_in_memory: int = 0
+    at_s: float = 0.0
+
+
+class StreamingSession:
+    """One stream, one memory: ingest chunks, answer questions at any moment."""
+
+    def __init__(self, lm: VideoLM, config: HermesConfig | None = None, policy: str = "hermes") -> None:
+        config = config or HermesConfig()
+        if config.max_positions is None:
+            config = config.with_(max_positions=lm.max_positions)
+        self.lm = lm
+        self.config = config
+        self.policy = make_policy(policy, config)
+        self.reset()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the stream: a fresh memory holding only the text prefix."""
+        self.memory = HermesMemory(self.lm.num_layers, self.lm.rope_spec(), self.config)
+        ids = self.lm.prefix_ids()
+        cache = cache_view([])
+        self.lm.forward(cache, ids, torch.arange(ids.shape[-1])[None])
+        self.memory.set_prefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
+        self.frames_seen = 0
+        self.stream_time_s = 0.0
+        self.chunks: list[ChunkReport] = []
+        self.answers: list[AnswerUpdate] = []
+        self.last_turn: tuple[str, str] | None = None
+
+    # -- streaming -----------------------------------------------------------------------
+    def ingest(self, chunk: Chunk) -> ChunkReport:
+        """Prefill one chunk into the memory, then compress it back to the budget."""
+        frames = chunk.frames
+        multiple = self.lm.frame_multiple
+        if len(frames) % multiple:  # Qwen2.5-VL merges frame pairs: repeat the last frame
+            frames = np.concatenate([frames, np.repeat(frames[-1:], multiple - len(frames) % multiple, axis=0)])
+        inputs = self.lm.chunk_inputs(frames, self.config.fps)
+        indices = np.asarray(chunk.indices)
+        frame_ids = torch.as_tensor(indices[np.minimum(inputs.frames.numpy(), len(indices) - 1)])
+        device = self.lm.device
+
+        t0 = now_ms(device)
+        start = self.memory.reserve(inputs.num_tokens)
+        positions = inputs.rel_positions + start
+        cache = cache_view(self.memory.kv())
+        self.lm.forward(cache, inputs.input_ids, positions, **inputs.model_kwargs)
+        self.memory.absorb(
+            [layer.keys for layer in cache.layers],
+            [layer.values for layer in cache.layers],
+            ChunkMeta(frames=frame_ids, positions=positions),
+        )
+        t1 = now_ms(device)
+        report = None
+        capacity = self.policy.capacity()
+        if capacity is not None and self.memory.slots > capacity:
+            attention = self.guidance_attention() if self.policy.needs_guidance else None
+            report = self.memory.compress(self.policy, attention)
+        t2 = now_ms(device)
+
+        self.frames_seen += chunk.n_real
+        self.stream_time_s = chunk.end
+        out = ChunkReport(
+            chunk_index=len(self.chunks),
+            frames_seen=self.frames_seen,
+            stream_time_s=self.stream_time_s,
+            tokens=inputs.num_tokens,
+            prefill_ms=t1 - t0,
+            compress_ms=t2 - t1,
+            evicted=sum(report.evicted) if report else 0,
+            reindexed=bool(report and report.reindexed),
+            cache_bytes=self.memory.cache_bytes(),
+            video_tokens_per_layer=self.memory.video_tokens_per_layer(),
+        )
+        self.chunks.append(out)
+        return out
+
+    def guidance_attention(self) -> list[torch.Tensor | None]:
+        """W per layer over its slots after the prefix: hybrid prompt for shallow and middle
+        layers, global prompt for deep ones. The memory is left untouched."""
+        tiers = self.memory.tiers
+        global_text, hybrid_text = guidance_texts(self.last_turn)
+        passes = (
+            (hybrid_text, tiers.layers(Tier.SENSORY) + tiers.layers(Tier.WORKING)),
+            (global_text, tiers.layers(Tier.LONG_TERM)),
+        )
+        p, s = self.memory.prefix_len, self.memory.slots
+        out: list[torch.Tensor | None] = [None] * len(tiers)
+        for text, layers in passes:
+            ids = self.lm.question_ids(text)
+            positions = self.memory.next_position + torch.arange(ids.shape[-1])[None]
+            with AttentionProbe(self.lm.attention_modules(), layers, stop_early=True) as probe:
+                self.lm.forward(cache_view(self.memory.kv()), ids, positions)
+            for layer in layers:
+                out[layer] = probe.weights[layer][p : p + s]
+        return out
+
+    # -- answering -------------------------------------------------------------------------
+    def check_question(self, question: str) -> str:
+        """The question, stripped; QuestionError if it is empty or too long."""
+        q = (question or "").strip()
+        if self.frames_seen == 0:
+            raise QuestionError("No video yet: start a stream first, then ask about what it shows.")
+        if not q:
+            raise QuestionError("The question is empty: type something to ask about the video.")
+        if len(q) > MAX_QUESTION_CHARS:
+            raise QuestionError(
+                f"The question is {len(q):,} characters long; the limit is {MAX_QUESTION_CHARS:,}, "
+                "so that it fits in the positions reserved after the video memory."
+            )
+        return q
+
+    @torch.inference_mode()
+    def ask_stream(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> Iterator[AnswerUpdate]:
+        """Answer from the memory as it is now, streaming the text token by token.
+
+        TTFT runs from this call to the first decoded token. The memory is not changed: the
+        question and answer go into a throwaway view of the cache.
+        """
+        q = self.check_question(question)
+        device = self.lm.device
+        t0 = now_ms(device)
+        cache = cache_view(self.memory.kv())
+        logp, pos = self._read_question(q, cache)
+        top = torch.topk(logp, 5)
+        top5 = [(self.lm.tokenizer.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)]
+        token = int(top.indices[0])
+        t_first = now_ms(device)
+        update = AnswerUpdate(
+            question=q,
+            text="",
+            ttft_ms=t_first - t0,
+            top_logprobs=top5,
+            frames_seen=self.frames_seen,
+            frames_in_memory=self.frames_in_memory(),
+            at_s=self.stream_time_s,
+        )
+        generated: list[int] = []
+        eos = self.lm.eos_token_ids
+        while token not in eos and len(generated) < max_new_tokens:
+            generated.append(token)
+            update.text, update.tokens = self.lm.decode(generated), len(generated)
+            yield update
+            if len(generated) == max_new_tokens:
+                break
+            logits = self.lm.forward(cache, torch.tensor([[token]], device=device), torch.tensor([[pos]]))
+            pos += 1
+            token = int(logits[0, -1].argmax())
+        t_end = now_ms(device)
+        update.done = True
+        update.tokens = len(generated)
+        update.tpot_ms = (t_end - t_first) / (len(generated) - 1) if len(generated) > 1 else None
+        self.answers.append(update)
+        self.last_turn = (q, update.text)
+        yield update
+
+    def _read_question(self, question: str, cache) -> tuple[torch.Tensor, int]:
+        """Prefill the question after the memory; log-probabilities of the first answer token,
+        and the position that follows the question."""
+        ids = self.lm.question_ids(question)
+        pos = self.memory.next_position
+        logits = self.lm.forward(cache, ids, pos + torch.arange(ids.shape[-1])[None])
+        return torch.log_softmax(logits[0, -1].float(), dim=-1), pos + ids.shape[-1]
+
+    @torch.inference_mode()
+    def first_token_logprobs(self, question: str) -> torch.Tensor:
+        """Log-probabilities (vocab,) of the first answer token; the memory is not changed.
+
+        Multiple-choice scoring reads the option letters from this.
+        """
+        return self._read_question(self.check_question(question), cache_view(self.memory.kv()))[0]
+
+    def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> AnswerUpdate:
+        """Answer and return the final update (text, TTFT, TPOT, top log-probabilities)."""
+        return deque(self.ask_stream(question, max_new_tokens), maxlen=1)[0]
+
+    # -- reading ---------------------------------------------------------------------------
+    def frames_in_memory(self) -> int:
+        """Distinct frames of which at least one token is still kept in some layer."""
+        frames = torch.cat([layer.frames for layer in self.memory.layers])
+        return int(torch.unique(frames[frames >= 0]).numel())
+
+    def snapshot(self) -> MemorySnapshot:
+        return self.memory.snapshot()
+
+    def metrics(self) -> dict:
+        """Current numbers for the CLI, the UI and benchmarks."""
+        mem = memory_reading(self.lm.device)
+        return {
+            "frames_seen": self.frames_seen,
+            "stream_time_s": self.stream_time_s,
+            "cache_bytes": self.memory.cache_bytes(),
+            "video_tokens_per_layer": self.memory.video_tokens_per_layer(),
+            "rss_bytes": mem.rss_bytes,
+            "gpu_allocated_bytes": mem.gpu_allocated_bytes,
+            "gpu_peak_bytes": mem.gpu_peak_bytes,
+        }

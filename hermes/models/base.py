@@ -1,0 +1,154 @@
+"""What the engine needs from a video LLM, whatever its backbone.
+
+An adapter wraps a `transformers` model and its processor. It turns frames into the tokens of one
+chunk, the question into the tail of the chat template, and runs the language model on a cache
+with explicit positions: the HERMES memory, not the cache length, decides where tokens sit.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from hermes.rope import RopeSpec
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+@dataclass
+class ChunkInputs:
+    """One chunk of video as model inputs, plus what the memory records per token."""
+
+    input_ids: torch.Tensor  # (1, n)
+    model_kwargs: dict[str, Any]  # pixel values and grids, on the model's device
+    frames: torch.Tensor  # (n,) index of each token's frame within the chunk
+    rel_positions: torch.Tensor  # (axes, n) positions relative to the chunk's start
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[-1]
+
+
+def cache_view(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    """A DynamicCache whose layers point at the given tensors (no copy).
+
+    Safe to hand to the model: DynamicLayer.update concatenates into new tensors, so the
+    tensors passed in are never written.
+    """
+    cache = DynamicCache()
+    layers = []
+    for keys, values in kv:
+        layer = DynamicLayer()
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+        layers.append(layer)
+    cache.layers = layers
+    return cache
+
+
+class VideoLM(ABC):
+    """A video LLM behind the narrow interface the streaming engine uses."""
+
+    arch: ClassVar[str]
+    default_fps: ClassVar[float] = 0.5
+    # Frames per chunk must be a multiple of this (Qwen2.5-VL merges frame pairs).
+    frame_multiple: ClassVar[int] = 1
+
+    def __init__(self, model: Any, processor: Any, source: str, random_weights: bool = False) -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.source = source
+        self.random_weights = random_weights
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.text_config = model.config.get_text_config(decoder=True)
+
+    # -- structure -----------------------------------------------------------------------
+    @property
+    def language_model(self) -> torch.nn.Module:
+        return self.model.model.language_model
+
+    @property
+    def num_layers(self) -> int:
+        return self.text_config.num_hidden_layers
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.text_config.max_position_embeddings)
+
+    def attention_modules(self) -> list[torch.nn.Module]:
+        """The self-attention module of each decoder layer, in order."""
+        return [layer.self_attn for layer in self.language_model.layers]
+
+    def rope_spec(self) -> RopeSpec:
+        """The frequencies the model really uses (any rope scaling already applied)."""
+        rotary = self.language_model.rotary_emb
+        section = getattr(rotary, "mrope_section", None)
+        return RopeSpec(rotary.inv_freq.detach().float().cpu(), tuple(section) if section else None)
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        ids = {self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    # -- text ------------------------------------------------------------------------------
+    def encode(self, text: str) -> torch.Tensor:
+        """Token ids (1, n) of `text`, special tokens parsed, nothing added."""
+        ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        return ids.to(self.device)
+
+    def prefix_ids(self) -> torch.Tensor:
+        """The fixed text before the video: system prompt and the start of the user turn."""
+        return self.encode(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n{self.video_open}")
+
+    def question_ids(self, question: str) -> torch.Tensor:
+        """The chat-template tail that follows the video: the question, then the assistant turn."""
+        return self.encode(f"{self.video_close}{question}<|im_end|>\n<|im_start|>assistant\n")
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    video_open: ClassVar[str] = ""
+    video_close: ClassVar[str] = ""
+
+    # -- model -----------------------------------------------------------------------------
+    @abstractmethod
+    def chunk_inputs(self, frames: np.ndarray, fps: float) -> ChunkInputs:
+        """Model inputs for frames (F, H, W, 3) uint8 RGB sampled at `fps`."""
+
+    @abstractmethod
+    def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
+        """The model's position_ids argument for (axes, n) absolute positions."""
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        cache: DynamicCache,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        logits_to_keep: int = 1,
+        **model_kwargs: Any,
+    ) -> torch.Tensor:
+        """Run the model on new tokens at explicit positions, appending to `cache`.
+
+        Returns the logits of the last `logits_to_keep` tokens (1, k, vocab); prefills keep one,
+        since full logits of a 3K-token chunk over a 150K vocabulary would be gigabytes.
+        """
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=self.position_ids(positions.to(self.device)),
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+            **model_kwargs,
+        )
+        return out.logits

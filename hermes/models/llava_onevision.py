@@ -1,0 +1,38 @@
+"""LLaVA-OneVision (Qwen2 language model, 1D RoPE, SigLIP vision tower)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from hermes.models.base import ChunkInputs, VideoLM
+
+
+class LlavaOnevision(VideoLM):
+    """Each frame becomes 196 tokens at 384 px, and each chunk ends with one newline token."""
+
+    arch: ClassVar[str] = "llava_onevision"
+    default_fps: ClassVar[float] = 0.5  # the paper's sampling rate for this family
+    video_close: ClassVar[str] = "\n"
+
+    def chunk_inputs(self, frames: np.ndarray, fps: float) -> ChunkInputs:
+        proc = self.processor(text=self.processor.video_token, videos=[list(frames)], return_tensors="pt")
+        ids = proc["input_ids"].to(self.device)
+        n = ids.shape[-1]
+        per_frame = (n - 1) // len(frames)
+        # Frame f owns tokens [f*per_frame, (f+1)*per_frame); the trailing newline belongs to the last frame.
+        local = torch.clamp(torch.arange(n) // per_frame, max=len(frames) - 1)
+        kwargs = {"pixel_values_videos": proc["pixel_values_videos"].to(self.device, self.dtype)}
+        if "image_sizes_videos" in proc:
+            kwargs["image_sizes_videos"] = proc["image_sizes_videos"]
+        return ChunkInputs(
+            input_ids=ids,
+            model_kwargs=kwargs,
+            frames=local,
+            rel_positions=torch.arange(n)[None],
+        )
+
+    def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
+        return positions[:1]

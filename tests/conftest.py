@@ -1,0 +1,45 @@
+"""Shared fixtures: offline hub, a per-session model cache, tiny models and ffmpeg clips."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Before anything imports huggingface_hub: tests never touch the network, and tiny models are
+# built once per test session into a temporary cache that CLI subprocesses inherit too.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HERMES_CACHE"] = tempfile.mkdtemp(prefix="hermes-test-cache-")
+
+from hermes.clips import make_clip
+
+
+@pytest.fixture(scope="session")
+def llava_lm():
+    """The tiny LLaVA-OneVision (4 layers), loaded through the real loading path."""
+    from hermes.models.loading import load_video_lm
+
+    return load_video_lm("tiny")
+
+
+@pytest.fixture(scope="session")
+def qwen_lm():
+    """The tiny Qwen2.5-VL (4 layers), loaded through the real loading path."""
+    from hermes.models.loading import load_video_lm
+
+    return load_video_lm("tiny-qwen")
+
+
+@pytest.fixture(scope="session", params=["llava", "qwen"])
+def lm(request, llava_lm, qwen_lm):
+    """Each tiny architecture in turn."""
+    return llava_lm if request.param == "llava" else qwen_lm
+
+
+@pytest.fixture(scope="session")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small synthetic clips: 'short' (8 s, 4 fps, 160x120, a red needle at 5 s)."""
+    root = tmp_path_factory.mktemp("clips")
+    return {"short": make_clip(root / "short.mp4", 8.0, fps=4, size=(160, 120), needles={5.0: "red"})}

@@ -1,0 +1,171 @@
+"""StreamingSession on both tiny architectures: sizes, equivalence, guidance, answering, positions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hermes.config import HermesConfig
+from hermes.engine import QuestionError, StreamingSession
+from hermes.guidance import AttentionProbe
+from hermes.models.base import cache_view
+from hermes.video import Chunk
+
+FRAMES = 2  # per chunk: small, and even for Qwen2.5-VL
+
+
+def _chunk(index: int, seed: int, n: int = FRAMES, size: int = 64) -> Chunk:
+    frames = np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+    idx = np.arange(index * n, (index + 1) * n)
+    return Chunk(frames, idx.astype(float), idx, idx, n_real=n, chunk_index=index)
+
+
+def _session(lm, budget: int, policy: str = "hermes", **kw) -> StreamingSession:
+    return StreamingSession(lm, HermesConfig(budget=budget, chunk_frames=FRAMES, fps=1.0, **kw), policy=policy)
+
+
+def _kv_clone(session):
+    return [(k.clone(), v.clone()) for k, v in session.memory.kv()]
+
+
+def _assert_kv_equal(before, session):
+    after = session.memory.kv()
+    assert len(before) == len(after)
+    for (k0, v0), (k1, v1) in zip(before, after, strict=True):
+        assert torch.equal(k0, k1) and torch.equal(v0, v1)
+
+
+def test_memory_size_is_fixed_after_many_chunks(lm):
+    budget = 150
+    s = _session(lm, budget)
+    sizes = set()
+    for i in range(8):
+        report = s.ingest(_chunk(i, i))
+        if s.memory.tokens_seen > budget + 1:
+            lengths = {layer.keys.shape[-2] for layer in s.memory.layers}
+            assert lengths == {s.memory.prefix_len + 1 + budget}
+            sizes.add(report.cache_bytes)
+    assert len(sizes) == 1  # exactly constant once the budget is reached
+    assert s.memory.tokens_seen > 3 * budget
+
+
+def test_hermes_equals_full_until_it_must_evict(lm):
+    hermes, full = _session(lm, 100_000), _session(lm, 100_000, policy="full")
+    for i in range(3):
+        hermes.ingest(_chunk(i, i))
+        full.ingest(_chunk(i, i))
+    a = hermes.first_token_logprobs("What is happening?")
+    b = full.first_token_logprobs("What is happening?")
+    assert torch.equal(a, b)
+    # ...and once it evicts, the memory (and so the answer distribution) differs.
+    small = _session(lm, 100)
+    for i in range(3):
+        small.ingest(_chunk(i, i))
+    assert not torch.allclose(small.first_token_logprobs("What is happening?"), b)
+
+
+def test_guidance_attention_matches_eager_and_leaves_cache(lm):
+    s = _session(lm, 120)
+    for i in range(3):
+        s.ingest(_chunk(i, i))
+    before = _kv_clone(s)
+    ids = lm.question_ids("Where is the red ball?")
+    positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
+    layers = range(lm.num_layers)
+    with AttentionProbe(lm.attention_modules(), layers) as probe:
+        lm.forward(cache_view(s.memory.kv()), ids, positions)
+    _assert_kv_equal(before, s)
+    implementation = lm.model.config._attn_implementation
+    try:
+        lm.model.set_attn_implementation("eager")
+        with torch.inference_mode():
+            out = lm.model(
+                input_ids=ids,
+                position_ids=lm.position_ids(positions),
+                cache=cache_view(s.memory.kv()),
+                use_cache=True,
+                output_attentions=True,
+            )
+    finally:
+        lm.model.set_attn_implementation(implementation)
+    for layer in layers:
+        eager = out.attentions[layer][0].float().mean(dim=(0, 1))
+        assert (probe.weights[layer] - eager).abs().max().item() < 1e-4
+    # The full guidance pass used during compression leaves the memory untouched too.
+    s.guidance_attention()
+    _assert_kv_equal(before, s)
+
+
+def test_asking_leaves_cache_and_is_repeatable(lm):
+    s = _session(lm, 120)
+    for i in range(3):
+        s.ingest(_chunk(i, i))
+    before = _kv_clone(s)
+    first = s.ask("What is happening?", max_new_tokens=6)
+    _assert_kv_equal(before, s)
+    second = s.ask("What is happening?", max_new_tokens=6)
+    _assert_kv_equal(before, s)
+    assert first.text == second.text and first.tokens >= 1
+    assert first.ttft_ms > 0 and len(first.top_logprobs) == 5
+    assert first.top_logprobs == second.top_logprobs
+
+
+def test_bad_questions(lm):
+    s = _session(lm, 120)
+    with pytest.raises(QuestionError, match="No video yet"):
+        s.ask("What is happening?")
+    s.ingest(_chunk(0, 0))
+    with pytest.raises(QuestionError, match="empty"):
+        s.ask("   ")
+    with pytest.raises(QuestionError, match="20,000 characters"):
+        s.ask("x" * 20_000)
+
+
+def test_qwen_positions_continue_across_chunks(qwen_lm):
+    """Each chunk's 3D positions are get_rope_index's for [prefix + chunk], moved to start one past
+    the largest position so far; question tokens continue after the maximum on all axes."""
+    lm = qwen_lm
+    s = _session(lm, 100_000)
+    prefix = lm.prefix_ids().cpu()
+    p = prefix.shape[-1]
+    seen = []
+    for i in range(3):
+        start = s.memory.next_position
+        chunk = _chunk(i, i)
+        inputs = lm.chunk_inputs(chunk.frames, 1.0)
+        proc = lm.processor(
+            text=lm.processor.video_token,
+            videos=[list(chunk.frames)],
+            video_metadata=[{"fps": 1.0, "total_num_frames": FRAMES}],
+            do_sample_frames=False,
+            return_tensors="pt",
+        )
+        ids = torch.cat([prefix, proc["input_ids"]], dim=1)
+        types = torch.cat([torch.zeros_like(prefix), proc["mm_token_type_ids"]], dim=1)
+        whole, _ = lm.model.model.get_rope_index(
+            ids,
+            mm_token_type_ids=types,
+            video_grid_thw=proc["video_grid_thw"],
+            second_per_grid_ts=torch.as_tensor(proc["second_per_grid_ts"]),
+        )
+        expected = whole[:, 0, p:] - p + start
+        s.ingest(chunk)
+        got = s.memory.layers[0].positions[:, -inputs.num_tokens :]
+        assert torch.equal(got, expected)
+        assert start == (max(int(x.max()) for x in seen) + 1 if seen else p)
+        seen.append(got)
+
+    captured = []
+    rotary = lm.language_model.rotary_emb
+    handle = rotary.register_forward_hook(lambda mod, args, out: captured.append(args[1].clone()))
+    try:
+        s.ask("What is happening?", max_new_tokens=2)
+    finally:
+        handle.remove()
+    question = captured[0]  # (3, 1, Q): the same position on all three axes
+    top = max(int(x.max()) for x in seen)
+    q_len = lm.question_ids("What is happening?").shape[-1]
+    assert torch.equal(question[0, 0], torch.arange(top + 1, top + 1 + q_len))
+    assert torch.equal(question[0], question[1]) and torch.equal(question[1], question[2])
+    assert int(captured[1][0, 0, 0]) == top + 1 + q_len  # the first decoded token follows
