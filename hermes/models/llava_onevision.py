@@ -10,6 +10,9 @@ import torch
 from hermes.models.base import ChunkInputs, VideoLM
 
 
+SIGLIP_NORM = [0.5, 0.5, 0.5]
+
+
 class LlavaOnevision(VideoLM):
     """Each frame becomes 196 tokens at 384 px, and each chunk ends with one newline token."""
 
@@ -18,7 +21,15 @@ class LlavaOnevision(VideoLM):
     video_close: ClassVar[str] = "\n"
 
     def chunk_inputs(self, frames: np.ndarray, fps: float) -> ChunkInputs:
-        proc = self.processor(text=self.processor.video_token, videos=[list(frames)], return_tensors="pt")
+        # SigLIP was trained on [-1, 1] inputs; the hub's video processor config for these
+        # checkpoints does not always say so, hence mean = std = 0.5 here.
+        proc = self.processor(
+            text=self.processor.video_token,
+            videos=[list(frames)],
+            image_mean=SIGLIP_NORM,
+            image_std=SIGLIP_NORM,
+            return_tensors="pt",
+        )
         ids = proc["input_ids"].to(self.device)
         n = ids.shape[-1]
         per_frame = (n - 1) // len(frames)
