@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -202,7 +202,7 @@ class StreamingSession:
         while token not in eos and len(generated) < max_new_tokens:
             generated.append(token)
             update.text, update.tokens = self.lm.decode(generated), len(generated)
-            yield update
+            yield replace(update)
             if len(generated) == max_new_tokens:
                 break
             logits = self.lm.forward(cache, torch.tensor([[token]], device=device), torch.tensor([[pos]]))
@@ -214,7 +214,7 @@ class StreamingSession:
         update.tpot_ms = (t_end - t_first) / (len(generated) - 1) if len(generated) > 1 else None
         self.answers.append(update)
         self.last_turn = (q, update.text)
-        yield update
+        yield replace(update)
 
     def _read_question(self, question: str, cache) -> tuple[torch.Tensor, int]:
         """Prefill the question after the memory; log-probabilities of the first answer token,
