@@ -1,6 +1,57 @@
-"""HERMES Live web app (not built yet: the streaming engine and UI land in later issues)."""
+"""HERMES Live: `python app.py` serves the Gradio app.
 
+The model comes from --model, else $HERMES_MODEL, else the LLaVA-OneVision 0.5B checkpoint. If it
+cannot be loaded (offline, say), the app starts anyway on a random-weight model of the same
+architecture ("tiny-24") and says so on the page. Host and port follow --host/--port, else
+GRADIO_SERVER_NAME/GRADIO_SERVER_PORT, else Gradio's defaults (127.0.0.1:7860).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
 import sys
+from collections.abc import Sequence
+
+FALLBACK_MODEL = "tiny-24"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="app.py", description="HERMES Live: chat with a video while it plays.")
+    p.add_argument(
+        "--model", default=None, help="hub id, local folder or alias (default: $HERMES_MODEL or LLaVA-OV 0.5B)"
+    )
+    p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when available)")
+    p.add_argument("--host", default=None, help="address to serve on (default: $GRADIO_SERVER_NAME or 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)")
+    p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    p.add_argument("--max-sessions", type=int, default=4, help="streams that may run at once (more are told to wait)")
+    return p.parse_args(argv)
+
+
+def load_model(name: str, device: str | None = None):
+    """(model, load error or None): the requested model, or the tiny fallback and why."""
+    from hermes.models.loading import ModelLoadError, load_video_lm
+
+    try:
+        return load_video_lm(name, device=device), None
+    except ModelLoadError as exc:
+        logging.warning("%s; starting on %s (random weights) instead", exc, FALLBACK_MODEL)
+        return load_video_lm(FALLBACK_MODEL, device=device), str(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from hermes.models.loading import DEFAULT_MODEL
+    from ui import build_app, launch_options
+
+    lm, load_error = load_model(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, args.device)
+    demo = build_app(lm, load_error=load_error, max_streams=args.max_sessions)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
+    return 0
+
 
 if __name__ == "__main__":
-    sys.exit("HERMES Live: the web app is not built yet; the cache core is in hermes/ (see README).")
+    sys.exit(main())

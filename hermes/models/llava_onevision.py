@@ -9,7 +9,6 @@ import torch
 
 from hermes.models.base import ChunkInputs, VideoLM
 
-
 SIGLIP_NORM = [0.5, 0.5, 0.5]
 
 

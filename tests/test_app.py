@@ -1,0 +1,201 @@
+"""The Gradio app end to end through `gradio_client`, its figures, and app.py's model fallback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no network calls from tests
+# Closed sessions are noticed at the next heartbeat (15 s by default): make that quick.
+os.environ.setdefault("GRADIO_HEARTBEAT_INTERVAL", "0.5")
+
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+
+from hermes.cache import LayerSnapshot, MemorySnapshot
+from hermes.tiers import Tier
+from hermes.worker import LiveView, StreamRegistry, StreamSettings
+from ui import build_app, figures, launch_options
+
+SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "cockatoo.mp4"
+SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 60.0, step: float = 0.2):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def serve(lm, settings: StreamSettings = SMALL):
+    """Launch the app on a free port; returns (url, demo, registry)."""
+    registry = StreamRegistry(lm, settings=settings)
+    demo = build_app(lm, registry=registry)
+    demo.launch(
+        server_name="127.0.0.1",
+        server_port=free_port(),
+        prevent_thread_lock=True,
+        show_error=True,
+        quiet=True,
+        **launch_options(),
+    )
+    return demo.local_url, demo, registry
+
+
+@pytest.fixture(scope="module")
+def app(llava_lm):
+    url, demo, registry = serve(llava_lm)
+    yield url, registry
+    demo.close()
+    registry.shutdown()
+
+
+def text_of(message: dict) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else " ".join(part.get("text", "") for part in content)
+
+
+def test_upload_stream_ask_and_read_metrics(app):
+    url, _ = app
+    client = Client(url, verbose=False)
+    try:
+        status, chat = client.predict(handle_file(str(SAMPLE)), "max", api_name="/start_file")
+        assert "cockatoo.mp4" in status and chat == []
+        metrics = wait_for(lambda: (m := client.predict(api_name="/metrics"))["chunks"] >= 2 and m)
+        assert metrics["frames_seen"] >= 4 and metrics["cache_bytes"]["hermes"] > 0 and metrics["random_weights"]
+
+        job = client.submit("What bird is this?", api_name="/ask")
+        outputs = [chat for chat, _ in job]
+        final = job.outputs()[-1][0]
+        assert len(outputs) >= 3, "the answer streams token by token"
+        assert [m["role"] for m in final] == ["user", "assistant"]
+        assert "TTFT" in text_of(final[-1]) and "frames in memory" in text_of(final[-1])
+
+        answers = client.predict(api_name="/metrics")["answers"]
+        assert len(answers) == 1 and answers[0]["ttft_ms"] > 0 and answers[0]["wait_ms"] >= 0
+        # A second turn works too.
+        final = client.predict("And now?", api_name="/ask")[0]
+        assert len(final) == 4 and "TTFT" in text_of(final[-1])
+    finally:
+        client.close()
+
+
+def test_sessions_are_isolated_and_freed_when_closed(app):
+    url, registry = app
+    a, b = Client(url, verbose=False), Client(url, verbose=False)
+    try:
+        a.predict("Cockatoo, close-up (14 s)", "max", api_name="/start_sample")
+        wait_for(lambda: a.predict(api_name="/metrics")["frames_seen"] > 0)
+        a.predict("What is it?", api_name="/ask")
+
+        chat = b.predict("What is it?", api_name="/ask")[0]
+        assert "No video yet" in text_of(chat[-1])  # b sees neither a's video nor a's chat
+        metrics_b = b.predict(api_name="/metrics")
+        assert metrics_b["frames_seen"] == 0 and metrics_b["answers"] == []
+        assert a.predict(api_name="/metrics")["answers"]
+
+        before = len(registry)
+        a.close()  # the heartbeat ends, as when a tab closes: its stream is freed
+        assert wait_for(lambda: len(registry) == before - 1, 15)
+    finally:
+        b.close()
+
+
+def test_bad_inputs_get_clear_messages(app, tmp_path):
+    url, _ = app
+    client = Client(url, verbose=False)
+    try:
+        empty = tmp_path / "empty.mp4"
+        empty.write_bytes(b"")
+        with pytest.raises(AppError, match=r"empty\.mp4"):
+            client.predict(handle_file(str(empty)), "max", api_name="/start_file")
+        chat = client.predict("x" * 20_000, api_name="/ask")[0]
+        assert "limit" in text_of(chat[-1]) and "20,000" in text_of(chat[-1])
+        with pytest.raises(AppError, match="less than minimum"):
+            client.predict("hermes", 0, api_name="/reset")  # Gradio checks the slider's bounds
+        # The session still works after all that.
+        client.predict("Cockatoo, close-up (14 s)", "max", api_name="/start_sample")
+        assert wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] > 0)
+    finally:
+        client.close()
+
+
+# -- figures ---------------------------------------------------------------------------------
+
+
+def snapshot(frames_per_layer: list[list[int]], budget: int = 4) -> MemorySnapshot:
+    tiers = [Tier.SENSORY, Tier.WORKING, Tier.LONG_TERM]
+    layers = []
+    for tier, frames in zip(tiers, frames_per_layer, strict=True):
+        f = np.asarray(frames)
+        layers.append(
+            LayerSnapshot(
+                tier=tier,
+                stream_ids=np.arange(len(f)),
+                frames=f,
+                positions=np.arange(len(f))[None],
+                scores=np.zeros(len(f)),
+                summary_count=0,
+                attention=(np.arange(len(f)), np.linspace(0, 1, len(f))),
+            )
+        )
+    cache_bytes = 8 * len(layers) * (2 + len(frames_per_layer[0]))  # 8 bytes a slot, 2 prefix slots
+    return MemorySnapshot(
+        prefix_len=2, budget=budget, tokens_seen=8, next_position=10, cache_bytes=cache_bytes, layers=layers
+    )
+
+
+def test_retained_shares_count_kept_tokens_per_frame():
+    # 4 frames of 2 tokens; the shallow layer keeps the newest two frames, the deep one frame 0 and 3.
+    snap = snapshot([[2, 2, 3, 3], [1, 2, 3, 3], [0, 0, 3, 3]])
+    shares, edges = figures.retained_shares(snap, np.full(4, 2.0))
+    assert edges.tolist() == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(shares, [[0, 0, 1, 1], [0, 0.5, 0.5, 1], [1, 0, 0, 1]])
+    shares, edges = figures.retained_shares(snap, np.full(4, 2.0), max_columns=2)  # binned: 2 frames a column
+    np.testing.assert_allclose(shares, [[0, 1], [0.25, 0.75], [0.5, 0.5]])
+
+
+def test_figures_stay_small_on_long_streams():
+    n = 5000  # frames seen
+    frames = np.sort(np.random.default_rng(0).integers(0, n, 4096))
+    snap = snapshot([frames, frames, frames], budget=4096)
+    assert figures.binned_profile(np.ones(4096))[0].size <= figures.MAX_SLOT_POINTS
+    assert figures.profile_layers(snap) == [0, 1, 2]
+    assert figures.budget_bytes(snap) == pytest.approx(8 * 3 * (2 + 4096 + 1))
+    view = LiveView(
+        version=1, settings=SMALL, snapshots={"hermes": snap}, frame_tokens=np.full(n, 196.0), frames_seen=n
+    )
+    fig = figures.retained_map_figure(view)
+    assert len(fig.to_json()) < 40_000
+    assert len(figures.attention_figure(view).to_json()) < 40_000
+
+
+# -- app.py ----------------------------------------------------------------------------------
+
+
+def test_app_falls_back_to_the_tiny_model_with_a_banner(monkeypatch):
+    import app as app_module
+    from ui import random_weights_banner
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm, error = app_module.load_model("nobody/no-such-video-model")
+    assert lm.random_weights and lm.num_layers == 24 and "no-such-video-model" in error
+    banner = random_weights_banner(lm, error)
+    assert "answers are noise" in banner and "memory dynamics are real" in banner and "tiny-24" in banner
+    args = app_module.parse_args([])
+    assert (args.model, args.host, args.port, args.share, args.max_sessions) == (None, None, None, False, 4)

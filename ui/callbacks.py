@@ -1,0 +1,277 @@
+"""Gradio event handlers: thin glue between the page and each session's `LiveStream`.
+
+Handlers find the viewer's stream by Gradio's session hash (the same for a browser tab and for a
+`gradio_client.Client`), start and steer it, and stream answers out of the worker's tickets. They
+never run the model and return quickly; the timer tick redraws only what changed since the last tick.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import gradio as gr
+
+from hermes.engine import QuestionError
+from hermes.video import VideoError
+from hermes.worker import (
+    AnswerEvent,
+    Busy,
+    LiveStream,
+    StreamRegistry,
+    StreamSettings,
+)
+from ui import figures
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+SAMPLES = {
+    "Cockatoo, close-up (14 s)": ASSETS / "cockatoo.mp4",
+    "Pedestrians on a campus road (40 s)": ASSETS / "sample.mp4",
+}
+DEFAULT_SAMPLE = next(iter(SAMPLES))
+
+
+def settings_from(policy: str, budget: float, chunk_frames: float, fps: float, reindex: str, compare: bool):
+    """StreamSettings from the settings controls; gr.Error with the reason if they are invalid."""
+    try:
+        return StreamSettings(
+            policy=policy,
+            budget=int(budget),
+            chunk_frames=int(chunk_frames),
+            fps=float(fps),
+            reindex=reindex,
+            compare=bool(compare),
+        )
+    except (TypeError, ValueError) as exc:
+        raise gr.Error(f"Invalid settings: {exc}") from exc
+
+
+def printable(text: str) -> str:
+    """Answer text with control characters shown as '·' (random-weight models emit raw bytes)."""
+    return "".join(c if c.isprintable() or c == "\n" else "·" for c in text)
+
+
+def answer_message(event: AnswerEvent, compare: bool) -> dict:
+    """The chat message of one policy's answer so far; the finished one carries its timings."""
+    label = f"**{figures.LABELS.get(event.policy, event.policy)}** · " if compare else ""
+    text = printable(event.text) or "…"
+    if event.done:
+        ttft = f"{event.ttft_ms:.0f} ms" if event.ttft_ms is not None else "n/a"
+        text += (
+            f"\n\n*TTFT {ttft} · waited {event.wait_ms:.0f} ms for the chunk in flight · "
+            f"{event.frames_in_memory} of {event.frames_seen} frames in memory*"
+        )
+    return {"role": "assistant", "content": label + text}
+
+
+def error_message(text: str) -> dict:
+    return {"role": "assistant", "content": f"⚠️ {text}"}
+
+
+def status_text(stream: LiveStream) -> str:
+    """Two short lines: what the stream is doing, and what the model has seen and kept."""
+    status, view = stream.status(), stream.view()
+    head = f"**{status.state.capitalize()}**"
+    if status.source:
+        head += f" · {status.source}" + (f" · {status.speed}" if status.source != "webcam" else "")
+    if status.state in ("idle", "starting") and not status.source:
+        head += " · pick a source and press Start"
+    parts = [f"{status.frames_read} frames read", f"{view.frames_seen} seen by the model ({view.stream_time_s:.0f} s)"]
+    if status.queued_chunks:
+        parts.append(f"{status.queued_chunks} chunk{'s' if status.queued_chunks > 1 else ''} queued")
+    if status.dropped_frames:
+        parts.append(f"{status.dropped_frames} webcam frames dropped (model busy)")
+    for policy, kept in view.frames_in_memory.items():
+        name = figures.LABELS.get(policy, policy)
+        parts.append(f"{name}: {kept} frames in memory, {view.snapshots[policy].cache_bytes / figures.MB:.1f} MB")
+    text = head + "  \n" + " · ".join(parts)
+    if status.error:
+        text += f"  \n⚠️ {status.error}"
+    return text
+
+
+class Callbacks:
+    """The app's event handlers, bound to one registry of live streams."""
+
+    def __init__(self, registry: StreamRegistry) -> None:
+        self.registry = registry
+        self.gpu = registry.lm.device.type == "cuda"
+        # Per stream: the view version and status text last sent by the timer (gone with the stream).
+        self._sent: weakref.WeakKeyDictionary[LiveStream, tuple[int, str]] = weakref.WeakKeyDictionary()
+
+    def _stream(self, request: gr.Request) -> LiveStream:
+        stream = self.registry.get(request.session_hash or "anonymous")
+        assert stream is not None  # get() creates it
+        return stream
+
+    # -- sources and controls ---------------------------------------------------------------
+    def start_sample(
+        self,
+        sample: str,
+        speed: str,
+        policy: str,
+        budget: float,
+        chunk_frames: float,
+        fps: float,
+        reindex: str,
+        compare: bool,
+        request: gr.Request,
+    ) -> tuple[str, list, str]:
+        """Stream a bundled sample clip into fresh memories; returns the status line."""
+        if sample not in SAMPLES:
+            raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(SAMPLES)}")
+        return self._start(
+            SAMPLES[sample], speed, settings_from(policy, budget, chunk_frames, fps, reindex, compare), request
+        )
+
+    def start_file(
+        self,
+        video: str | None,
+        speed: str,
+        policy: str,
+        budget: float,
+        chunk_frames: float,
+        fps: float,
+        reindex: str,
+        compare: bool,
+        request: gr.Request,
+    ) -> tuple[str, list, str]:
+        """Stream an uploaded video file into fresh memories; returns the status line."""
+        if not video:
+            raise gr.Error("Upload a video file first (mp4, webm, avi, mov ...).")
+        return self._start(
+            Path(video), speed, settings_from(policy, budget, chunk_frames, fps, reindex, compare), request
+        )
+
+    def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
+        stream = self._stream(request)
+        try:
+            stream.start_file(path, speed=speed, settings=settings)
+        except (VideoError, Busy, ValueError) as exc:
+            raise gr.Error(str(exc)) from exc
+        return status_text(stream), [], "Pause"
+
+    def webcam_frame(
+        self,
+        frame,
+        policy: str,
+        budget: float,
+        chunk_frames: float,
+        fps: float,
+        reindex: str,
+        compare: bool,
+        request: gr.Request,
+    ) -> None:
+        """Feed one webcam frame (the first one starts a webcam stream)."""
+        if frame is None:
+            return
+        stream = self._stream(request)
+        try:
+            stream.push_frame(frame, settings_from(policy, budget, chunk_frames, fps, reindex, compare))
+        except (Busy, ValueError) as exc:
+            raise gr.Error(str(exc)) from exc
+
+    def set_speed(self, speed: str, request: gr.Request) -> None:
+        self._stream(request).set_speed(speed)
+
+    def pause(self, request: gr.Request) -> tuple[str, str]:
+        """Pause a running stream, or resume a paused one; returns the status and the button label."""
+        stream = self._stream(request)
+        if stream.status().state == "paused":
+            stream.resume()
+        else:
+            stream.pause()
+        label = "Resume" if stream.status().state == "paused" else "Pause"
+        return status_text(stream), label
+
+    def stop(self, request: gr.Request) -> str:
+        """End the source; what was read reaches the model and questions still work."""
+        stream = self._stream(request)
+        stream.stop()
+        return status_text(stream)
+
+    def reset(
+        self,
+        policy: str,
+        budget: float,
+        chunk_frames: float,
+        fps: float,
+        reindex: str,
+        compare: bool,
+        request: gr.Request,
+    ) -> tuple[str, list, str]:
+        """Stop, clear the chat and the memories, and apply the settings."""
+        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare)
+        stream = self._stream(request)
+        stream.reset(settings)
+        return status_text(stream), [], "Pause"
+
+    # -- chat -------------------------------------------------------------------------------------
+    def ask(self, question: str, request: gr.Request) -> Iterator[tuple[list, object]]:
+        """Ask about the stream; yields the chat as the answer streams in, token by token."""
+        stream = self._stream(request)
+        try:
+            ticket = stream.ask(question)
+        except QuestionError as exc:
+            gr.Warning(str(exc))
+            if (question or "").strip():
+                shown = question.strip()
+                shown = shown if len(shown) <= 300 else shown[:300] + f"… ({len(shown):,} characters)"
+                stream.add_message({"role": "user", "content": shown})
+                stream.add_message(error_message(str(exc)))
+            yield stream.chat_messages(), gr.skip()
+            return
+        stream.add_message({"role": "user", "content": ticket.question})
+        yield stream.chat_messages(), ""
+        compare = len(stream.view().settings.policies) > 1
+        slots: dict[str, int] = {}
+        for event in ticket.events():
+            if event.error:
+                stream.add_message(error_message(event.error))
+                gr.Warning(event.error)
+            else:
+                message = answer_message(event, compare)
+                if event.policy not in slots:
+                    slots[event.policy] = stream.add_message(message)
+                else:
+                    stream.set_message(slots[event.policy], message)
+            yield stream.chat_messages(), gr.skip()
+
+    # -- reading ------------------------------------------------------------------------------
+    def metrics(self, request: gr.Request) -> dict:
+        """The stream's numbers: frames, cache bytes per policy, memory, and recent answers' timings."""
+        return self._stream(request).metrics()
+
+    def tick(self, request: gr.Request) -> tuple:
+        """Timer: redraw what changed (frame, status, the three plots, metrics); skip the rest."""
+        stream = self.registry.get(request.session_hash or "anonymous", create=False)
+        if stream is None:
+            return (gr.skip(),) * 6
+        for notice in stream.pop_notices():
+            gr.Warning(notice)
+        view = stream.view()
+        status = status_text(stream)
+        version, sent_status = self._sent.get(stream, (-1, ""))
+        self._sent[stream] = (view.version, status)
+        status_out = status if status != sent_status else gr.skip()
+        if view.version == version:
+            return (gr.skip(), status_out, gr.skip(), gr.skip(), gr.skip(), gr.skip())
+        frame = None  # after a reset: clear the last stream's frame
+        if view.frame_image is not None:
+            frame = gr.Image(
+                value=view.frame_image,
+                label=f"What the model just consumed: frame {view.frames_seen - 1} ({view.stream_time_s:.0f} s)",
+            )
+        return (
+            frame,
+            status_out,
+            figures.retained_map_figure(view),
+            figures.attention_figure(view),
+            figures.performance_figure(view, self.gpu),
+            stream.metrics(),
+        )
+
+    def unload(self, request: gr.Request) -> None:
+        """The tab closed: free its stream (memories, queued jobs, reader thread)."""
+        self.registry.close(request.session_hash or "anonymous")

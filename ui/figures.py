@@ -1,0 +1,331 @@
+"""Plotly figures of a live stream, built from the plain data the worker publishes.
+
+Every figure is sent whole to the browser when it changes, so each is downsampled to a small,
+fixed size: at most MAX_FRAME_COLUMNS frame bins in the retained-token map, MAX_SLOT_POINTS slot
+bins per attention profile, MAX_HISTORY_POINTS points per line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from hermes.cache import LayerSnapshot, MemorySnapshot
+from hermes.tiers import Tier
+from hermes.worker import ChunkRecord, LiveView
+
+MAX_FRAME_COLUMNS = 64
+MAX_SLOT_POINTS = 160
+MAX_HISTORY_POINTS = 300
+MB = 1024 * 1024
+
+LABELS = {"hermes": "HERMES", "fifo": "FIFO", "full": "Full cache"}
+COLORS = {"hermes": "#4f46e5", "fifo": "#ea580c", "full": "#0f766e"}
+TIER_COLORS = {Tier.SENSORY: "#0ea5e9", Tier.WORKING: "#8b5cf6", Tier.LONG_TERM: "#be123c"}
+FONT = {"family": "Inter, ui-sans-serif, system-ui, sans-serif", "size": 12, "color": "#1f2937"}
+GRID = "#e5e7eb"
+
+
+def _layout(fig: go.Figure, height: int) -> go.Figure:
+    # A tiny hand-made style instead of a plotly template: templates add kilobytes to every update.
+    fig.update_layout(
+        template="none",
+        height=height,
+        margin={"l": 64, "r": 24, "t": 40, "b": 48},
+        font=FONT,
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        hoverlabel={"font": {"size": 12}},
+    )
+    fig.update_xaxes(gridcolor=GRID, zeroline=False, linecolor="#9ca3af")
+    fig.update_yaxes(gridcolor=GRID, zeroline=False, linecolor="#9ca3af")
+    return fig
+
+
+def placeholder(text: str, height: int = 320) -> go.Figure:
+    """An empty figure that says what will appear once the stream runs."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, height)
+
+
+def _bins(n: int, most: int) -> np.ndarray:
+    """Edges that split range(n) into at most `most` contiguous, near-equal bins."""
+    return np.unique(np.linspace(0, n, min(n, most) + 1).round().astype(int))
+
+
+# -- retained-token map ------------------------------------------------------------------------
+
+
+def retained_shares(
+    snapshot: MemorySnapshot, frame_tokens: np.ndarray, max_columns: int = MAX_FRAME_COLUMNS
+) -> tuple[np.ndarray, np.ndarray]:
+    """(shares (layers, bins), bin edges in frames): the share of each frame bin's tokens that
+    each layer still keeps. `frame_tokens[f]` is how many tokens frame f had when prefilled."""
+    n_frames = len(frame_tokens)
+    edges = _bins(n_frames, max_columns)
+    denom = np.add.reduceat(frame_tokens, edges[:-1]) if n_frames else np.zeros(0)
+    rows = []
+    for layer in snapshot.layers:
+        frames = layer.frames[(layer.frames >= 0) & (layer.frames < n_frames)]
+        kept = np.bincount(frames, minlength=n_frames).astype(float)
+        rows.append(np.add.reduceat(kept, edges[:-1]) if n_frames else np.zeros(0))
+    shares = np.clip(np.asarray(rows) / np.maximum(denom, 1e-9), 0.0, 1.0) if rows else np.zeros((0, 0))
+    return shares, edges
+
+
+def _tier_spans(layers: list[LayerSnapshot]) -> list[tuple[Tier, int, int]]:
+    spans: list[tuple[Tier, int, int]] = []
+    for i, layer in enumerate(layers):
+        if spans and spans[-1][0] is layer.tier:
+            spans[-1] = (layer.tier, spans[-1][1], i)
+        else:
+            spans.append((layer.tier, i, i))
+    return spans
+
+
+def retained_map_figure(view: LiveView) -> go.Figure:
+    """Layers (y) by stream time in frames (x): the share of each frame's tokens each layer keeps."""
+    if view.frames_seen == 0 or not view.snapshots:
+        return placeholder("Start a stream: each layer's retained tokens appear here, frame by frame.", 360)
+    policies = list(view.snapshots)
+    fig = make_subplots(
+        rows=1,
+        cols=len(policies),
+        shared_yaxes=True,
+        horizontal_spacing=0.04,
+        subplot_titles=[f"{LABELS.get(p, p)} memory" for p in policies] if len(policies) > 1 else None,
+    )
+    for col, policy in enumerate(policies, start=1):
+        snap = view.snapshots[policy]
+        shares, edges = retained_shares(snap, view.frame_tokens)
+        centers = (edges[:-1] + edges[1:] - 1) / 2.0
+        fig.add_trace(
+            go.Heatmap(
+                z=np.round(shares, 2).tolist(),
+                x=centers.tolist(),
+                y=list(range(len(snap.layers))),
+                zmin=0,
+                zmax=1,
+                colorscale=[[0, "#f8fafc"], [0.02, "#e0e7ff"], [0.5, "#818cf8"], [1, "#312e81"]],
+                colorbar={"title": {"text": "kept", "side": "right"}, "tickformat": ".0%", "len": 0.9, "x": 1.01},
+                showscale=col == len(policies),
+                hovertemplate="layer %{y}<br>frames around %{x:.0f}<br>kept %{z:.0%}<extra></extra>",
+                xgap=1,
+                ygap=1,
+            ),
+            row=1,
+            col=col,
+        )
+        for tier, lo, hi in _tier_spans(snap.layers):
+            # A coloured band just left of the map (sized in pixels) marks each memory tier.
+            fig.add_shape(
+                type="rect",
+                xref=f"x{col if col > 1 else ''} domain",
+                yref=f"y{col if col > 1 else ''}",
+                xsizemode="pixel",
+                xanchor=0,
+                x0=-14,
+                x1=-4,
+                y0=lo - 0.5,
+                y1=hi + 0.5,
+                fillcolor=TIER_COLORS[tier],
+                line={"width": 0},
+            )
+            if lo > 0:
+                fig.add_hline(y=lo - 0.5, line={"color": "#111827", "width": 1, "dash": "dot"}, row=1, col=col)
+            if col == 1:
+                fig.add_annotation(
+                    text=tier.value,
+                    x=0,
+                    xref="x domain",
+                    xshift=-50,  # left of the band and of the layer numbers
+                    xanchor="right",
+                    y=(lo + hi) / 2,
+                    yref="y",
+                    showarrow=False,
+                    font={"color": TIER_COLORS[tier], "size": 11 if hi - lo >= 3 else 9},
+                    textangle=-90,
+                )
+        fig.update_xaxes(title_text="stream time (frame)", row=1, col=col, range=[-0.5, view.frames_seen - 0.5])
+    n_layers = len(next(iter(view.snapshots.values())).layers)
+    fig.update_yaxes(range=[-0.5, n_layers - 0.5], dtick=max(1, n_layers // 8), ticks="")
+    # Non-breaking spaces keep the layer numbers clear of the tier band.
+    fig.update_yaxes(title_text="layer", title_standoff=24, ticksuffix="\u00a0" * 7, row=1, col=1)
+    fig = _layout(fig, 380)
+    fig.update_layout(margin={"l": 96, "t": 48})
+    return fig
+
+
+# -- attention profile -------------------------------------------------------------------------
+
+
+def profile_layers(snapshot: MemorySnapshot) -> list[int]:
+    """A shallow, a middle and a deep layer: the first layer, the middle of working memory, the last."""
+    working = [i for i, layer in enumerate(snapshot.layers) if layer.tier is Tier.WORKING]
+    picks = [0, working[len(working) // 2] if working else len(snapshot.layers) // 2, len(snapshot.layers) - 1]
+    return list(dict.fromkeys(picks))
+
+
+def binned_profile(weights: np.ndarray, most: int = MAX_SLOT_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(bin centres, largest weight per bin): the max keeps the sharp peaks (anchors) visible."""
+    edges = _bins(len(weights), most)
+    if len(weights) == 0:
+        return np.zeros(0), np.zeros(0)
+    return (edges[:-1] + edges[1:] - 1) / 2.0, np.maximum.reduceat(weights, edges[:-1])
+
+
+def attention_figure(view: LiveView) -> go.Figure:
+    """Guidance attention over the cached slots, in stream order, for a shallow, middle and deep layer."""
+    snap = view.snapshots.get("hermes")
+    if snap is None:
+        return placeholder("The FIFO and full-cache policies run no guidance pass: no attention to show.", 330)
+    layers = profile_layers(snap)
+    if all(snap.layers[i].attention is None for i in layers):
+        return placeholder("The attention profile appears at the first compression (when the memory is full).", 330)
+    fig = make_subplots(
+        rows=len(layers),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        subplot_titles=[f"layer {i} · {snap.layers[i].tier.value}" for i in layers],
+    )
+    for row, i in enumerate(layers, start=1):
+        attention = snap.layers[i].attention
+        if attention is None:
+            continue
+        x, y = binned_profile(attention[1].astype(float))
+        color = TIER_COLORS[snap.layers[i].tier]
+        fig.add_trace(
+            go.Scatter(
+                x=x.tolist(),
+                y=np.round(y, 5).tolist(),
+                mode="lines",
+                line={"color": color, "width": 1.5},
+                fill="tozeroy",
+                name=f"layer {i}",
+                hovertemplate="slot %{x:.0f}<br>attention %{y:.4f}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        fig.update_yaxes(title_text="weight", row=row, col=1, rangemode="tozero")
+    fig.update_xaxes(title_text="cached video slots, oldest → newest", row=len(layers), col=1)
+    fig = _layout(fig, 360)
+    fig.update_layout(showlegend=False, margin={"t": 36})
+    fig.update_annotations(font={"size": 12})
+    return fig
+
+
+# -- TTFT and memory -----------------------------------------------------------------------------
+
+
+def budget_bytes(snapshot: MemorySnapshot) -> float:
+    """Cache bytes once every layer holds the prefix, the summary slot and |M| video slots."""
+    per_layer_slots = snapshot.prefix_len + (snapshot.layers[0].stream_ids.size if snapshot.layers else 0)
+    if not snapshot.layers or per_layer_slots == 0:
+        return 0.0
+    per_slot = snapshot.cache_bytes / (len(snapshot.layers) * per_layer_slots)
+    return per_slot * len(snapshot.layers) * (snapshot.prefix_len + snapshot.budget + 1)
+
+
+def _thin(records: tuple[ChunkRecord, ...]) -> list[ChunkRecord]:
+    step = max(1, -(-len(records) // MAX_HISTORY_POINTS))
+    out = list(records[::step])
+    if records and out[-1] is not records[-1]:
+        out.append(records[-1])
+    return out
+
+
+def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
+    """Left: TTFT of each answer against frames seen. Right: memory against frames seen."""
+    if not view.history:
+        return placeholder("TTFT and memory appear here as the stream runs and you ask questions.", 330)
+    second = "GPU allocated" if gpu else "process RSS"
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        specs=[[{}, {"secondary_y": True}]],
+        horizontal_spacing=0.16,
+        subplot_titles=["Time to first token", "Memory"],
+    )
+    if not view.answers:
+        fig.add_annotation(
+            text="Ask a question:<br>its TTFT appears here",
+            x=0.5,
+            y=0.5,
+            xref="x domain",
+            yref="y domain",
+            showarrow=False,
+            font={"color": "#6b7280"},
+        )
+    for policy in view.snapshots:
+        answers = [a for a in view.answers if a.policy == policy]
+        color = COLORS.get(policy, "#374151")
+        name = LABELS.get(policy, policy)
+        if answers:  # an empty line trace makes plotly.js draw NaN paths (console errors)
+            fig.add_trace(
+                go.Scatter(
+                    x=[a.frames_seen for a in answers],
+                    y=[round(a.ttft_ms or 0.0, 1) for a in answers],
+                    customdata=[[round(a.wait_ms, 1)] for a in answers],
+                    mode="lines+markers",
+                    marker={"size": 8, "color": color},
+                    line={"color": color, "width": 1},
+                    name=f"{name} TTFT",
+                    hovertemplate="%{x} frames seen<br>TTFT %{y:.0f} ms<br>"
+                    "waited %{customdata[0]:.0f} ms<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
+        records = _thin(view.history)
+        fig.add_trace(
+            go.Scatter(
+                x=[r.frames_seen for r in records],
+                y=[round(r.cache_bytes.get(policy, 0) / MB, 3) for r in records],
+                mode="lines",
+                line={"color": color, "width": 2},
+                name=f"{name} cache",
+                hovertemplate="%{x} frames<br>cache %{y:.2f} MB<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    budgets = [budget_bytes(snap) for policy, snap in view.snapshots.items() if policy != "full"]
+    if budgets:  # HERMES and FIFO share |M|: one line
+        fig.add_hline(
+            y=max(budgets) / MB,
+            line={"color": "#111827", "dash": "dash", "width": 1},
+            annotation_text="budget |M|",
+            annotation_position="bottom right",
+            annotation_font={"size": 10},
+            row=1,
+            col=2,
+        )
+    records = _thin(view.history)
+    fig.add_trace(
+        go.Scatter(
+            x=[r.frames_seen for r in records],
+            y=[round(((r.gpu_allocated_bytes if gpu else r.rss_bytes) or 0) / MB, 1) for r in records],
+            mode="lines",
+            line={"color": "#64748b", "width": 2, "dash": "dot"},
+            name=second,
+            hovertemplate="%{x} frames<br>%{y:.0f} MB<extra></extra>",
+        ),
+        row=1,
+        col=2,
+        secondary_y=True,
+    )
+    fig.update_xaxes(title_text="frames seen", row=1, col=1, rangemode="tozero")
+    fig.update_xaxes(title_text="frames seen", row=1, col=2, rangemode="tozero")
+    fig.update_yaxes(title_text="ms", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="cache MB", row=1, col=2, rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text=f"{second} MB", row=1, col=2, rangemode="tozero", secondary_y=True, showgrid=False)
+    fig = _layout(fig, 360)
+    fig.update_layout(legend={"y": -0.28, "yanchor": "top"}, margin={"b": 24})
+    return fig
