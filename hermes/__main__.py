@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from hermes.cli_extra import add_bench_parser, add_eval_parser
 from hermes.config import HermesConfig
 
 
@@ -155,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_build_tiny)
+
+    add_bench_parser(sub)
+    add_eval_parser(sub)
     return parser
 
 
@@ -169,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (VideoError, ModelLoadError, QuestionError, ValueError) as exc:
-        if getattr(args, "json", False):
+        if args.command == "stream" and args.json:
             print(json.dumps({"event": "error", "message": str(exc)}), flush=True)
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -67,8 +67,15 @@ class AnswerUpdate:
 class StreamingSession:
     """One stream, one memory: ingest chunks, answer questions at any moment."""
 
-    def __init__(self, lm: VideoLM, config: HermesConfig | None = None, policy: str = "hermes") -> None:
+    def __init__(
+        self,
+        lm: VideoLM,
+        config: HermesConfig | None = None,
+        policy: str = "hermes",
+        max_question_chars: int = MAX_QUESTION_CHARS,
+    ) -> None:
         config = config or HermesConfig()
+        self.max_question_chars = max_question_chars
         if config.max_positions is None:
             config = config.with_(max_positions=lm.max_positions)
         self.lm = lm
@@ -165,9 +172,9 @@ class StreamingSession:
             raise QuestionError("No video yet: start a stream first, then ask about what it shows.")
         if not q:
             raise QuestionError("The question is empty: type something to ask about the video.")
-        if len(q) > MAX_QUESTION_CHARS:
+        if len(q) > self.max_question_chars:
             raise QuestionError(
-                f"The question is {len(q):,} characters long; the limit is {MAX_QUESTION_CHARS:,}, "
+                f"The question is {len(q):,} characters long; the limit is {self.max_question_chars:,}, "
                 "so that it fits in the positions reserved after the video memory."
             )
         return q

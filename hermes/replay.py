@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hermes.engine import AnswerUpdate, ChunkReport, StreamingSession
 from hermes.video import Chunker, Frame
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, order=True)
@@ -32,18 +35,24 @@ def parse_ask(spec: str) -> TimedQuestion:
     return TimedQuestion(seconds, question.strip())
 
 
-def replay(
+def play(
     session: StreamingSession,
     frames: Iterable[Frame],
-    questions: Iterable[TimedQuestion] = (),
+    items: Iterable[T],
+    when: Callable[[T], float | None],
     *,
     speed: float | None = None,
-    max_new_tokens: int = 64,
-) -> Iterator[ChunkReport | AnswerUpdate]:
-    """Feed frames chunk by chunk; at each question's time, ingest the frames seen so far and
-    answer from the memory. Yields every ChunkReport and every AnswerUpdate (the last one of an
-    answer has done=True). `speed` paces the stream against the wall clock (1.0 = real time)."""
-    pending = sorted(questions)
+    stop_when_done: bool = False,
+) -> Iterator[ChunkReport | T]:
+    """Feed frames chunk by chunk and hand back each item once the stream has passed its time.
+
+    Before an item is yielded, the frames seen so far are ingested (the partial chunk is flushed),
+    so that whatever the caller does with it sees the stream up to that moment. Items without a
+    time, or past the end, come after the last frame. Every ChunkReport is yielded too. `speed`
+    paces the stream against the wall clock (1.0 = real time); `stop_when_done` stops decoding
+    once no item is left.
+    """
+    pending = sorted(items, key=lambda it: (when(it) is None, when(it) or 0.0))
     chunker = Chunker(session.config.chunk_frames)
     pad = session.lm.frame_multiple
     start = time.monotonic()
@@ -53,15 +62,38 @@ def replay(
         if tail is not None:
             yield session.ingest(tail)
 
+    def due(frame: Frame) -> bool:
+        at = when(pending[0]) if pending else None
+        # An item is due once a later frame arrives, but never before the first frame.
+        return at is not None and frame.t > at and session.frames_seen + chunker.pending > 0
+
     for frame in frames:
-        while pending and frame.t > pending[0].at_s:
+        while due(frame):
             yield from flush()
-            yield from session.ask_stream(pending.pop(0).question, max_new_tokens)
+            yield pending.pop(0)
+        if stop_when_done and not pending:
+            return
         if speed:
             time.sleep(max(0.0, start + frame.t / speed - time.monotonic()))
         chunk = chunker.push(frame)
         if chunk is not None:
             yield session.ingest(chunk)
     yield from flush()
-    for q in pending:
-        yield from session.ask_stream(q.question, max_new_tokens)
+    yield from pending
+
+
+def replay(
+    session: StreamingSession,
+    frames: Iterable[Frame],
+    questions: Iterable[TimedQuestion] = (),
+    *,
+    speed: float | None = None,
+    max_new_tokens: int = 64,
+) -> Iterator[ChunkReport | AnswerUpdate]:
+    """Stream frames and answer each question when the stream reaches its time, yielding every
+    ChunkReport and every AnswerUpdate (the last one of an answer has done=True)."""
+    for event in play(session, frames, questions, lambda q: q.at_s, speed=speed):
+        if isinstance(event, TimedQuestion):
+            yield from session.ask_stream(event.question, max_new_tokens)
+        else:
+            yield event

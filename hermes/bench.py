@@ -1,0 +1,565 @@
+"""Efficiency benchmark: the paper's Table 3 and Figure 4, reproduced for any model.
+
+One session per policy streams synthetic frames chunk by chunk; each time the stream passes one of
+the requested frame counts, a fixed set of questions is asked `repeats` times, and TTFT, TPOT, the
+prefill and compression cost of the chunks since the previous frame count, the cache size and the
+memory are recorded. Streaming once to the largest count and measuring on the way is the same
+stream a fresh session per count would see, at a fraction of the time.
+
+The frame content does not matter for speed: random 384x384 frames give LLaVA-OneVision the
+paper's 196 tokens per frame. `full` never evicts, so it stops cleanly, recorded as "out of
+memory", before a chunk whose estimated cost would pass the memory cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import platform
+import re
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+
+from hermes.config import HermesConfig
+from hermes.engine import ChunkReport, StreamingSession
+from hermes.metrics import memory_reading
+from hermes.models.base import VideoLM
+from hermes.models.loading import load_video_lm
+from hermes.video import Chunk
+
+DEFAULT_MODEL = "tiny"
+DEFAULT_POLICIES = ("hermes", "fifo", "full")
+DEFAULT_FRAMES = (16, 64, 256, 512, 1024)
+DEFAULT_REPEATS = 5  # x 3 questions: 15 samples per point, so that the median shrugs off a noisy neighbour
+DEFAULT_MAX_NEW_TOKENS = 16
+FRAME_SIZE = 384  # SigLIP's input size: 27x27 patches pooled to 196 tokens per frame, as in the paper
+# On a CPU, `full` past 512 frames (Table 3's largest count) only adds minutes of quadratic prefill.
+CPU_FULL_MAX_FRAMES = 512
+# Positions for `full`: past the model's trained context, which does not change its speed.
+UNBOUNDED_POSITIONS = 1 << 40
+QUESTIONS = (
+    "What is happening in the video right now?",
+    "Which objects have appeared so far, and in what order?",
+    "Describe the person in the scene and what they are doing.",
+)
+OK, OOM, SKIPPED = "ok", "out of memory", "skipped"
+TARGETS = {
+    "ttft_ratio": 1.05,
+    "full_over_hermes": 10.0,
+    "compress_over_prefill": 0.10,
+}
+
+
+def load_bench_model(name: str, device: str | None = None, allow_cpu_7b: bool = False) -> VideoLM:
+    """`llava-ov-7b-random` / `qwen2.5-vl-7b-random` from their configs, anything else via load_video_lm."""
+    from hermes.models.random7b import RANDOM_7B, load_random_7b
+
+    if name in RANDOM_7B:
+        return load_random_7b(name, device, allow_cpu=allow_cpu_7b)
+    return load_video_lm(name, device=device)
+
+
+def kv_bytes_per_token(lm: VideoLM) -> int:
+    """Bytes one cached token takes over all layers: 2 (K and V) x layers x KV heads x head_dim x dtype."""
+    text = lm.text_config
+    head_dim = lm.attention_modules()[0].head_dim
+    itemsize = torch.empty((), dtype=lm.dtype).element_size()
+    return 2 * lm.num_layers * text.num_key_value_heads * head_dim * itemsize
+
+
+def prefill_bytes(per_token: int, cached: int, new: int) -> int:
+    """Estimated peak bytes of prefilling `new` tokens after `cached` ones: the old and the grown cache
+    side by side (transformers concatenates) plus a (new x all) attention mask at up to 4 bytes."""
+    total = cached + new
+    return per_token * (cached + total) + 4 * new * total
+
+
+def spread(values: Sequence[float]) -> dict[str, float | int | None]:
+    """Median, min and max of `values` (None when empty)."""
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+@dataclass
+class Point:
+    """One policy at one frame count."""
+
+    policy: str
+    frames: int
+    status: str = OK
+    note: str = ""
+    ttft_ms: list[float] = field(default_factory=list)
+    tpot_ms: list[float] = field(default_factory=list)
+    prefill_ms: list[float] = field(default_factory=list)  # chunks since the previous frame count
+    compress_ms: list[float] = field(default_factory=list)
+    cache_bytes: int | None = None
+    memory_bytes: int | None = None  # GPU peak on CUDA, process RSS on CPU
+    video_tokens_per_layer: int | None = None
+
+    def summary(self) -> dict:
+        """The stored numbers plus their median/min/max."""
+        out = asdict(self)
+        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms"):
+            out[f"{key}_stats"] = spread(getattr(self, key))
+        return out
+
+
+@dataclass
+class BenchSettings:
+    """Everything a run depends on besides the model."""
+
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    frames: tuple[int, ...] = DEFAULT_FRAMES
+    config: HermesConfig = field(default_factory=HermesConfig)
+    repeats: int = DEFAULT_REPEATS
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    questions: tuple[str, ...] = QUESTIONS
+    frame_size: int = FRAME_SIZE
+    memory_cap: int | None = None  # bytes; None: chosen from the device
+    full_max_frames: int | None = None  # None: no limit
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.policies:
+            raise ValueError("--policies needs at least one of hermes, fifo, full")
+        bad = [p for p in self.policies if p not in DEFAULT_POLICIES]
+        if bad:
+            raise ValueError(f"unknown policy {bad[0]!r}; choose from {', '.join(DEFAULT_POLICIES)}")
+        if not self.frames or min(self.frames) < 1:
+            raise ValueError("--frames needs positive frame counts, for example 16,64,256")
+        self.frames = tuple(sorted(set(self.frames)))
+        if self.repeats < 1:
+            raise ValueError("--repeats must be at least 1")
+        if self.max_new_tokens < 1:
+            raise ValueError("--max-new-tokens must be at least 1")
+        if self.frame_size < 28:
+            raise ValueError("--frame-size must be at least 28 pixels")
+
+
+@dataclass
+class BenchResult:
+    """All points of a run, with what it ran on."""
+
+    meta: dict
+    points: list[Point]
+
+    def point(self, policy: str, frames: int) -> Point | None:
+        return next((p for p in self.points if p.policy == policy and p.frames == frames), None)
+
+    def to_dict(self) -> dict:
+        return {"meta": self.meta, "points": [p.summary() for p in self.points], "headline": headline(self)}
+
+
+def default_memory_cap(device: torch.device) -> int:
+    """Bytes the cache and one prefill may take on top of the loaded model: 90% of the free GPU
+    memory, or half of the available RAM on a CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(0.9 * free)
+    return int(0.5 * psutil.virtual_memory().available)
+
+
+def synthetic_chunk(rng: np.random.Generator, start: int, n: int, size: int, fps: float, index: int) -> Chunk:
+    """`n` random frames as the chunk that starts at global frame `start`."""
+    frames = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+    idx = np.arange(start, start + n)
+    return Chunk(frames, idx / fps, idx, idx, n, index)
+
+
+_STATUS = Path("/proc/self/status")
+
+
+def _reset_peak(device: torch.device) -> None:
+    """Start a new peak: CUDA's allocator statistics, or Linux's peak RSS (VmHWM, via clear_refs)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):  # not Linux: the current RSS is reported instead
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss() -> int | None:
+    try:
+        match = re.search(r"VmHWM:\s+(\d+) kB", _STATUS.read_text())
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def memory_kind(device: torch.device) -> str:
+    """What the memory column measures on this device."""
+    if device.type == "cuda":
+        return "GPU peak (torch.cuda.max_memory_allocated, since the policy started)"
+    return "peak RSS (VmHWM, since the policy started)" if _peak_rss() is not None else "process RSS"
+
+
+def _memory(device: torch.device) -> int:
+    """Peak memory since `_reset_peak`: GPU allocations on CUDA, resident set size on a CPU."""
+    reading = memory_reading(device)
+    if reading.gpu_peak_bytes is not None:
+        return reading.gpu_peak_bytes
+    return _peak_rss() or reading.rss_bytes
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def warm_up(lm: VideoLM, settings: BenchSettings) -> None:
+    """One chunk and one question on a throwaway session: first-call costs (lazy init, allocator
+    growth) belong to no frame count."""
+    session = StreamingSession(lm, settings.config, policy="fifo")
+    n = min(settings.config.chunk_frames, settings.frames[0])
+    session.ingest(synthetic_chunk(np.random.default_rng(0), 0, n, settings.frame_size, settings.config.fps, 0))
+    session.ask(settings.questions[0], max_new_tokens=2)
+
+
+def run_policy(
+    lm: VideoLM,
+    policy: str,
+    settings: BenchSettings,
+    memory_cap: int,
+    on_frames: Callable[[int], None] = lambda n: None,
+) -> list[Point]:
+    """Stream one policy to its largest frame count, measuring at each requested count."""
+    config = settings.config
+    if policy == "full":
+        config = config.with_(max_positions=UNBOUNDED_POSITIONS)
+    limit = settings.full_max_frames if policy == "full" else None
+    device = lm.device
+    _free(device)
+    _reset_peak(device)
+    session = StreamingSession(lm, config, policy=policy)
+    per_token = kv_bytes_per_token(lm)
+    rng = np.random.default_rng(settings.seed)
+    points: list[Point] = []
+    window: list[ChunkReport] = []
+    tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
+    stopped: tuple[str, str] | None = None  # (status, note) that every later frame count inherits
+    for target in settings.frames:
+        point = Point(policy, target)
+        points.append(point)
+        if stopped is None and limit is not None and target > limit:
+            stopped = (SKIPPED, f"past --full-max-frames {limit}")
+        if stopped is not None:
+            point.status, point.note = stopped
+            continue
+        try:
+            while session.frames_seen < target:
+                n = min(config.chunk_frames, target - session.frames_seen)
+                padded = lm.frame_multiple * math.ceil(n / lm.frame_multiple)
+                cached = session.memory.prefix_len + session.memory.slots
+                need = prefill_bytes(per_token, cached, math.ceil(tokens_per_frame * padded))
+                if need > memory_cap:
+                    raise MemoryError(
+                        f"the next chunk would need about {need / 2**20:,.0f} MiB, "
+                        f"over the {memory_cap / 2**20:,.0f} MiB cap"
+                    )
+                start = session.frames_seen
+                report = session.ingest(
+                    synthetic_chunk(rng, start, n, settings.frame_size, config.fps, len(session.chunks))
+                )
+                window.append(report)
+                tokens_per_frame = report.tokens / padded
+                on_frames(n)
+            for _ in range(settings.repeats):
+                for question in settings.questions:
+                    answer = session.ask(question, max_new_tokens=settings.max_new_tokens)
+                    point.ttft_ms.append(answer.ttft_ms)
+                    if answer.tpot_ms is not None:
+                        point.tpot_ms.append(answer.tpot_ms)
+        except (MemoryError, torch.OutOfMemoryError) as exc:
+            stopped = (OOM, (str(exc).splitlines() or ["out of memory"])[0])
+        if stopped is not None:
+            # Drop the cache (outside the except block, whose traceback still holds the prefill's
+            # tensors) before anything else needs memory; the larger frame counts are out of reach.
+            session = None
+            _free(device)
+            point.status, point.note, point.ttft_ms, point.tpot_ms = *stopped, [], []
+            continue
+        point.prefill_ms = [r.prefill_ms for r in window]
+        point.compress_ms = [r.compress_ms for r in window]
+        point.cache_bytes = session.memory.cache_bytes()
+        point.memory_bytes = _memory(device)
+        point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
+        window = []
+    del session
+    _free(device)
+    return points
+
+
+def device_label(device: torch.device) -> str:
+    """The hardware, in words, for tables and plots."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {psutil.cpu_count(logical=True)} vCPU, {torch.get_num_threads()} torch thread(s)"
+
+
+def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> BenchResult:
+    """Every policy at every frame count, with a progress bar over the frames streamed."""
+    from tqdm import tqdm
+
+    cap = settings.memory_cap if settings.memory_cap is not None else default_memory_cap(lm.device)
+    warm_up(lm, settings)
+    largest = settings.frames[-1]
+    limits = {
+        p: min(largest, settings.full_max_frames or largest) if p == "full" else largest for p in settings.policies
+    }
+    points: list[Point] = []
+    with tqdm(total=sum(limits.values()), unit="frame", disable=not progress, file=sys.stderr) as bar:
+        for policy in settings.policies:
+            bar.set_description(policy)
+            start = bar.n
+            points += run_policy(lm, policy, settings, cap, bar.update)
+            bar.update(start + limits[policy] - bar.n)  # a policy stopped early still fills its share
+    chunk = settings.config.chunk_frames
+    meta = {
+        "model": lm.source,
+        "architecture": lm.arch,
+        "random_weights": lm.random_weights,
+        "layers": lm.num_layers,
+        "dtype": str(lm.dtype).removeprefix("torch."),
+        "device": device_label(lm.device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "budget": settings.config.budget,
+        "chunk_frames": chunk,
+        "fps": settings.config.fps,
+        "reindex": settings.config.reindex,
+        "frame_size": settings.frame_size,
+        "tokens_per_frame": _tokens_per_frame(lm, settings),
+        "kv_bytes_per_token": kv_bytes_per_token(lm),
+        "repeats": settings.repeats,
+        "questions": list(settings.questions),
+        "max_new_tokens": settings.max_new_tokens,
+        "memory_cap_bytes": cap,
+        "full_max_frames": settings.full_max_frames,
+        "memory_kind": memory_kind(lm.device),
+        "full_positions_note": "full runs past the model's max_position_embeddings (speed does not depend on it)",
+    }
+    return BenchResult(meta, points)
+
+
+def _tokens_per_frame(lm: VideoLM, settings: BenchSettings) -> float:
+    """Video tokens per frame at the benchmark's frame size (chunk extras such as a newline included)."""
+    n = max(lm.frame_multiple, settings.config.chunk_frames)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (n, settings.frame_size, settings.frame_size, 3), dtype=np.uint8)
+    return round(lm.chunk_inputs(frames, settings.config.fps).num_tokens / n, 2)
+
+
+# -- reporting ----------------------------------------------------------------------------------
+
+
+def _median(point: Point | None, key: str = "ttft_ms") -> float | None:
+    if point is None or point.status != OK:
+        return None
+    return spread(getattr(point, key))["median"]
+
+
+def headline(result: BenchResult) -> list[dict]:
+    """The four ratios of DESIGN.md section 8, as measured in this run (shown, not asserted)."""
+    meta, frames = result.meta, sorted({p.frames for p in result.points})
+    out: list[dict] = []
+    lo, hi = frames[0], frames[-1]
+    a, b = _median(result.point("hermes", hi)), _median(result.point("hermes", lo))
+    if a is not None and b is not None and len(frames) > 1:
+        ratio = a / b
+        out.append(
+            {
+                "name": f"hermes TTFT at {hi} frames / at {lo} frames",
+                "value": ratio,
+                "text": f"{a:.2f} ms / {b:.2f} ms = {ratio:.3f}",
+                "target": f"<= {TARGETS['ttft_ratio']}",
+                "met": ratio <= TARGETS["ttft_ratio"],
+            }
+        )
+    past = [f for f in frames if f * meta["tokens_per_frame"] > meta["budget"]]
+    if len(past) > 1 and past[0] != lo:
+        a, b = _median(result.point("hermes", hi)), _median(result.point("hermes", past[0]))
+        if a is not None and b is not None:
+            ratio = a / b
+            out.append(
+                {
+                    "name": f"hermes TTFT at {hi} frames / at {past[0]} frames (both past the budget)",
+                    "value": ratio,
+                    "text": f"{a:.2f} ms / {b:.2f} ms = {ratio:.3f}",
+                    "target": f"<= {TARGETS['ttft_ratio']} (flat once the budget is full)",
+                    "met": ratio <= TARGETS["ttft_ratio"],
+                }
+            )
+    reached = [f for f in frames if _median(result.point("full", f)) is not None]
+    # The largest count full reached, and 512 (where the target is set) when that is a different one.
+    for at in sorted({reached[-1], 512} & set(reached)) if reached else []:
+        full, hermes = _median(result.point("full", at)), _median(result.point("hermes", at))
+        if hermes is None:
+            continue
+        ratio = full / hermes
+        largest = " (the largest count full reached)" if at == reached[-1] else ""
+        out.append(
+            {
+                "name": f"full / hermes TTFT at {at} frames{largest}",
+                "value": ratio,
+                "text": f"{full:.2f} ms / {hermes:.2f} ms = {ratio:.1f}x",
+                "target": f">= {TARGETS['full_over_hermes']:g} at 512 frames",
+                "met": ratio >= TARGETS["full_over_hermes"] if at == 512 else None,
+            }
+        )
+    points = [result.point("hermes", f) for f in past]
+    sizes = {p.frames: p.cache_bytes for p in points if p is not None and p.cache_bytes is not None}
+    if sizes:
+        values = set(sizes.values())
+        out.append(
+            {
+                "name": f"hermes cache bytes past the budget ({', '.join(map(str, sizes))} frames)",
+                "value": sorted(values),
+                "text": ", ".join(f"{v:,}" for v in sizes.values()),
+                "target": "identical",
+                "met": len(values) == 1,
+            }
+        )
+    # Steady state: the chunks that did compress (before the budget fills there is nothing to do).
+    pairs = [
+        (c, p)
+        for point in result.points
+        if point.policy == "hermes"
+        for c, p in zip(point.compress_ms, point.prefill_ms, strict=True)
+        if c > 0
+    ]
+    if pairs:
+        compress = statistics.median(c for c, _ in pairs)
+        prefill = statistics.median(p for _, p in pairs)
+        ratio = compress / prefill
+        out.append(
+            {
+                "name": f"hermes compression ms / prefill ms per chunk (median of {len(pairs)} compressing chunks)",
+                "value": ratio,
+                "text": f"{compress:.1f} ms / {prefill:.1f} ms = {ratio:.3f}",
+                "target": f"<= {TARGETS['compress_over_prefill']}",
+                "met": ratio <= TARGETS["compress_over_prefill"],
+            }
+        )
+    return out
+
+
+def _memory_label(meta: dict) -> str:
+    return meta["memory_kind"].split(" (")[0]
+
+
+def _ms(stats: dict) -> str:
+    if stats["median"] is None:
+        return "-"
+    return f"{stats['median']:.1f} ({stats['min']:.1f}-{stats['max']:.1f})"
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.2f}"
+
+
+def render_markdown(result: BenchResult) -> str:
+    """The table and the headline ratios, as Markdown."""
+    meta = result.meta
+    weights = ", random weights" if meta["random_weights"] else ""
+    lines = [
+        f"Model: {meta['model']} ({meta['architecture']}, {meta['layers']} layers, {meta['dtype']}{weights}); "
+        f"device: {meta['device']}.",
+        f"Budget {meta['budget']} tokens per layer, chunks of {meta['chunk_frames']} frames, "
+        f"{meta['frame_size']} px frames = {meta['tokens_per_frame']:g} tokens per frame, "
+        f"{meta['repeats']} x {len(meta['questions'])} questions per point, {meta['max_new_tokens']} new tokens.",
+        "",
+        "| policy | frames | TTFT ms median (min-max) | TPOT ms median (min-max) | prefill ms/chunk "
+        f"| compress ms/chunk | cache MiB | {_memory_label(meta)} MiB | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in result.points:
+        s = p.summary()
+        prefill = s["prefill_ms_stats"]["median"]
+        compress = s["compress_ms_stats"]["median"]
+        status = p.status if not p.note else f"{p.status}: {p.note}"
+        lines.append(
+            f"| {p.policy} | {p.frames} | {_ms(s['ttft_ms_stats'])} | {_ms(s['tpot_ms_stats'])} "
+            f"| {'-' if prefill is None else f'{prefill:.0f}'} | {'-' if compress is None else f'{compress:.0f}'} "
+            f"| {_mib(p.cache_bytes)} | {_mib(p.memory_bytes)} | {status} |"
+        )
+    lines += ["", "Headline ratios (this run; targets shown, not asserted):"]
+    for h in headline(result):
+        verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
+        lines.append(f"- {h['name']}: {h['text']} (target {h['target']}: {verdict})")
+    return "\n".join(lines)
+
+
+def write_html(result: BenchResult, path: str | Path) -> Path:
+    """A self-contained Plotly page: TTFT and memory against frames, one line per policy."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    meta = result.meta
+    memory = _memory_label(meta)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (median, min-max)", f"{memory} memory"))
+    for policy in dict.fromkeys(p.policy for p in result.points):
+        ok = [p for p in result.points if p.policy == policy and p.status == OK]
+        stats = [spread(p.ttft_ms) for p in ok]
+        x = [p.frames for p in ok]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[s["median"] for s in stats],
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [s["max"] - s["median"] for s in stats],
+                    "arrayminus": [s["median"] - s["min"] for s in stats],
+                },
+                mode="lines+markers",
+                name=policy,
+                legendgroup=policy,
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[p.memory_bytes / 2**30 for p in ok],
+                mode="lines+markers",
+                name=policy,
+                legendgroup=policy,
+                showlegend=False,
+            ),
+            row=1,
+            col=2,
+        )
+    fig.update_xaxes(type="log", title_text="frames streamed")
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="GiB", row=1, col=2)
+    weights = ", random weights" if meta["random_weights"] else ""
+    fig.update_layout(title=f"HERMES efficiency: {meta['model']}{weights} on {meta['device']}", template="plotly_white")
+    path = Path(path)
+    fig.write_html(path, include_plotlyjs=True)  # inline: the page works offline
+    return path
+
+
+def write_json(result: BenchResult, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(result.to_dict(), indent=2))
+    return path

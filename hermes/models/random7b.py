@@ -1,0 +1,174 @@
+"""The real 7B architectures with random weights, for GPU timing without downloading a checkpoint.
+
+Speed and memory depend on the shapes, not on the values of the weights, so `llava-ov-7b-random`
+and `qwen2.5-vl-7b-random` build `LlavaOnevisionForConditionalGeneration` and
+`Qwen2_5_VLForConditionalGeneration` from the published hyperparameters of
+llava-hf/llava-onevision-qwen2-7b-ov-hf and Qwen/Qwen2.5-VL-7B-Instruct, initialise them randomly
+in bf16 directly on the target device, and pair them with the tiny byte-level tokenizer (its ids
+are all below the 152,064-entry vocabulary, so they stay valid). Answers are noise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AutoProcessor
+from transformers.utils import logging as hf_logging
+
+from hermes.models.base import VideoLM
+from hermes.models.llava_onevision import LlavaOnevision
+from hermes.models.loading import ModelLoadError, pick_device
+from hermes.models.qwen2_5_vl import Qwen25VL
+from hermes.models.tiny import ensure_tiny
+
+# Qwen2-7B, the language model of LLaVA-OneVision-7B.
+QWEN2_7B_TEXT: dict[str, Any] = {
+    "vocab_size": 152064,
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+}
+# SigLIP-so400m at 384 px. It has 27 layers; the llava-hf checkpoint keeps 26, because LLaVA-OV
+# reads the penultimate layer's features, and the 27th layer is never computed.
+SIGLIP_SO400M: dict[str, Any] = {
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 16,
+    "patch_size": 14,
+    "image_size": 384,
+    "vision_use_head": False,
+}
+# Qwen2.5-VL-7B-Instruct: the text model and the windowed ViT.
+QWEN25_VL_7B_TEXT: dict[str, Any] = {
+    "vocab_size": 152064,
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 128000,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [16, 24, 24]},
+}
+QWEN25_VL_7B_VISION: dict[str, Any] = {
+    "depth": 32,
+    "hidden_size": 1280,
+    "intermediate_size": 3420,
+    "num_heads": 16,
+    "out_hidden_size": 3584,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "tokens_per_second": 2,
+    "window_size": 112,
+    "fullatt_block_indexes": [7, 15, 23, 31],
+}
+# The released Qwen2.5-VL video processor's pixel bounds (128 to 768 merged tokens per frame), so
+# that a frame costs as many tokens as with the real checkpoint: a 384x384 pair gives 196.
+QWEN_VIDEO_PIXELS = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
+
+RANDOM_7B: dict[str, str] = {"llava-ov-7b-random": "llava_onevision", "qwen2.5-vl-7b-random": "qwen2_5_vl"}
+
+
+def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: dict | None = None) -> Any:
+    """The transformers config of `name`, special-token ids taken from `tokenizer`.
+
+    `text` and `vision` override hyperparameters (tests shrink the model to run it on a CPU).
+    """
+    from transformers import LlavaOnevisionConfig, Qwen2_5_VLConfig, Qwen2Config, SiglipVisionConfig
+
+    ids = tokenizer.convert_tokens_to_ids
+    special = {
+        "bos_token_id": ids("<|endoftext|>"),
+        "eos_token_id": ids("<|im_end|>"),
+        "pad_token_id": ids("<|endoftext|>"),
+    }
+    if RANDOM_7B.get(name) == "llava_onevision":
+        return LlavaOnevisionConfig(
+            text_config=Qwen2Config(**{**QWEN2_7B_TEXT, **special, **(text or {})}),
+            vision_config=SiglipVisionConfig(**{**SIGLIP_SO400M, **(vision or {})}),
+            image_token_index=ids("<image>"),
+            video_token_index=ids("<video>"),
+            vision_feature_layer=-1,
+            vision_feature_select_strategy="full",
+            vision_aspect_ratio="anyres_max_9",
+        )
+    if RANDOM_7B.get(name) == "qwen2_5_vl":
+        return Qwen2_5_VLConfig(
+            text_config={**QWEN25_VL_7B_TEXT, **special, **(text or {})},
+            vision_config={**QWEN25_VL_7B_VISION, **(vision or {})},
+            image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"),
+            vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"),
+        )
+    raise ModelLoadError(f"unknown random 7B model {name!r}; choose one of {', '.join(RANDOM_7B)}")
+
+
+def _processor(arch: str) -> Any:
+    """The tiny checkpoint's processor; for Qwen2.5-VL with the real video pixel bounds."""
+    processor = AutoProcessor.from_pretrained(ensure_tiny(arch), local_files_only=True)
+    if arch == "qwen2_5_vl":
+        from transformers import Qwen2VLVideoProcessor
+
+        processor.video_processor = Qwen2VLVideoProcessor(
+            size=QWEN_VIDEO_PIXELS, cap_pixels_per_frame=False, patch_size=14, temporal_patch_size=2, merge_size=2
+        )
+    return processor
+
+
+def _model_class(arch: str) -> type:
+    from transformers import LlavaOnevisionForConditionalGeneration, Qwen2_5_VLForConditionalGeneration
+
+    return LlavaOnevisionForConditionalGeneration if arch == "llava_onevision" else Qwen2_5_VLForConditionalGeneration
+
+
+def parameter_count(config: Any) -> int:
+    """Parameters of the model `config` describes, counted on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = _model_class(config.model_type)._from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_random_7b(
+    name: str,
+    device: str | None = None,
+    *,
+    allow_cpu: bool = False,
+    text: dict | None = None,
+    vision: dict | None = None,
+) -> VideoLM:
+    """Build `name` with random bf16 weights on `device` (default: cuda when available).
+
+    A CPU is refused unless `allow_cpu`: the 8B parameters take 16 GB even in bf16, and every
+    chunk would take minutes.
+    """
+    if name not in RANDOM_7B:
+        raise ModelLoadError(f"unknown random 7B model {name!r}; choose one of {', '.join(RANDOM_7B)}")
+    arch = RANDOM_7B[name]
+    dev, _ = pick_device(device)
+    processor = _processor(arch)
+    config = random_config(name, processor.tokenizer, text, vision)
+    if dev.type == "cpu" and not allow_cpu:
+        billions = parameter_count(config) / 1e9
+        raise ModelLoadError(
+            f"{name} is the real {billions:.1f}B-parameter architecture: {2 * billions:.0f} GB of "
+            "weights even in bf16, and minutes per chunk on a CPU. "
+            "Run it on a GPU, or pass --allow-cpu-7b to try anyway."
+        )
+    hf_logging.disable_progress_bar()
+    try:
+        # Created on the device in bf16 and initialised there: no 30 GB fp32 copy in host memory.
+        with torch.device(dev):
+            model = _model_class(arch)._from_config(config, dtype=torch.bfloat16)
+    except (RuntimeError, torch.OutOfMemoryError) as exc:
+        raise ModelLoadError(f"Cannot build {name} on {dev}: {exc}") from exc
+    adapter = LlavaOnevision if arch == "llava_onevision" else Qwen25VL
+    return adapter(model, processor, source=name, random_weights=True)

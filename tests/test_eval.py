@@ -1,0 +1,426 @@
+"""The evaluation harness: the four annotation formats, streaming up to each question's time,
+letter scoring, skips that are counted and never fatal, and resuming an interrupted run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hermes.cli_extra import add_eval_parser
+from hermes.clips import make_clip
+from hermes.config import HermesConfig
+from hermes.engine import StreamingSession
+from hermes.eval import formats
+from hermes.eval.formats import BENCHES, AnnotationError, Item, parse_time
+from hermes.eval.harness import (
+    EvalSettings,
+    VideoFinder,
+    letter_in_text,
+    letter_token_ids,
+    read_results,
+    run_eval,
+    score_options,
+)
+from hermes.video import Chunker, iter_frames
+
+FPS = 1.0  # whole seconds, so that the frames before a question time are easy to count
+CHUNK = 4
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 s and 8 s clips in the layouts the benchmarks use, plus a file that is not a video."""
+    root = tmp_path_factory.mktemp("videos")
+    make_clip(root / "videos" / "long.mp4", 12.0, fps=4, size=(96, 64), needles={5.0: "red"})
+    make_clip(root / "Ego4D" / "clips" / "ego.mp4", 8.0, fps=4, size=(96, 64))
+    make_clip(root / "vmme001.mp4", 8.0, fps=4, size=(96, 64))
+    make_clip(root / "star" / "Charades_v1_480" / "ch1.mp4", 8.0, fps=4, size=(96, 64))
+    (root / "broken.mp4").write_bytes(b"this is not a video file at all" * 50)
+    return root
+
+
+def _write(path: Path, data: object, lines: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if lines:
+        path.write_text("\n".join(json.dumps(r) for r in data) + "\n")
+    else:
+        path.write_text(json.dumps(data))
+    return path
+
+
+def streamingbench(path: Path) -> Path:
+    opts = ["A. a red frame", "B. a blue frame", "C. nothing", "D. a cat"]
+    return _write(
+        path,
+        [
+            {
+                "time": "[0:00:00 - 0:01:00]",
+                "video_path": "./videos/long.mp4",
+                "video_categories": "test",
+                "questions": [
+                    {"task_type": "Object Perception", "question": "What is shown now?", "time_stamp": "00:00:09",
+                     "answer": "B", "options": opts},
+                    {"task_type": "Object Perception", "question": "What was shown?", "time_stamp": "00:00:05",
+                     "answer": "A", "options": opts},
+                    {"task_type": "Object Perception", "question": "Bad time", "time_stamp": "soon",
+                     "answer": "A", "options": opts},
+                ],
+            },
+            {"video_path": "./videos/missing.mp4", "questions": [
+                {"task_type": "Text Recognition", "question": "Lost?", "time_stamp": "00:00:02", "answer": "C",
+                 "options": opts}]},
+            {"video_path": "broken.mp4", "questions": [
+                {"task_type": "Text Recognition", "question": "Broken?", "time_stamp": "00:00:02", "answer": "D",
+                 "options": opts}]},
+            {"video_path": "./videos/long.mp4", "questions": "not a list"},
+        ],
+    )  # fmt: skip
+
+
+def ovobench(path: Path) -> Path:
+    return _write(
+        path,
+        [
+            {"id": 7, "task": "EPM", "video": "Ego4D/clips/ego.mp4", "realtime": 6, "question": "Where?",
+             "answer": "table", "options": ["table", "floor", "sink"], "gt": 0},
+            {"id": 8, "task": "OCR", "video": "Ego4D/clips/ego.mp4", "realtime": 2.5, "question": "What text?",
+             "options": ["x", "y"], "gt": 1},
+            {"id": 9, "task": "REC", "video": "Ego4D/clips/ego.mp4", "realtime": 3, "question": "Count?",
+             "options": ["1", "2"], "gt": 0},
+            {"id": 10, "task": "STU", "video": "Ego4D/clips/ego.mp4", "realtime": 3, "question": "Bad gt",
+             "options": ["1", "2"], "gt": 5},
+        ],
+    )  # fmt: skip
+
+
+def videomme(path: Path) -> Path:
+    opts = ["A. one", "B. two", "C. three", "D. four"]
+    rows = [
+        {"video_id": "001", "duration": "short", "videoID": "vmme001", "question_id": "001-1",
+         "task_type": "Counting Problem", "question": "How many?", "options": opts, "answer": "B"},
+        {"video_id": "001", "duration": "short", "videoID": "vmme001", "question_id": "001-2",
+         "task_type": "Action Reasoning", "question": "Why?", "options": opts, "answer": "D"},
+        {"video_id": "002", "duration": "long", "videoID": "vmme404", "question_id": "002-1",
+         "task_type": "Action Reasoning", "question": "Gone?", "options": opts, "answer": "A"},
+        {"video_id": "003", "duration": "long", "videoID": "vmme001", "question_id": "003-1",
+         "task_type": "Action Reasoning", "question": "Letter?", "options": opts, "answer": "E"},
+    ]  # fmt: skip
+    return _write(path, rows, lines=True)
+
+
+def mvbench(folder: Path) -> Path:
+    _write(
+        folder / "action_sequence.json",
+        [
+            {"video": "ch1.mp4", "question": "What happened after the box?", "candidates": ["sat", "ran", "ate"],
+             "answer": "ran", "start": 2.0, "end": 6.0},
+            {"video": "ch1.mp4", "question": "Not a candidate", "candidates": ["a", "b"], "answer": "c"},
+        ],
+    )  # fmt: skip
+    _write(
+        folder / "object_shuffle.json",
+        [{"video": "ch1.mp4", "question": "Where is the ball?", "candidates": ["left", "right"], "answer": "left"}],
+    )
+    return folder
+
+
+WRITERS = {"streamingbench": streamingbench, "ovobench": ovobench, "videomme": videomme}
+
+
+def annotations(bench: str, tmp: Path) -> Path:
+    if bench == "mvbench":
+        return mvbench(tmp / "mvbench_json")
+    return WRITERS[bench](tmp / f"{bench}.json")
+
+
+@pytest.fixture
+def session(llava_lm) -> StreamingSession:
+    return StreamingSession(llava_lm, HermesConfig(budget=600, chunk_frames=CHUNK, fps=FPS), policy="hermes")
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- formats --------------------------------------------------------------------------------------
+
+
+def test_parse_time() -> None:
+    assert parse_time("00:01:05") == 65.0
+    assert parse_time("1:05") == 65.0
+    assert parse_time("12.5") == 12.5
+    assert parse_time(7) == 7.0
+    for bad in ("soon", "-3", True, None, "1:2:3:4"):
+        with pytest.raises(ValueError):
+            parse_time(bad)
+
+
+def test_streamingbench_format(tmp_path: Path) -> None:
+    items, problems = formats.load_streamingbench(streamingbench(tmp_path / "sb.json"))
+    first = items[0]
+    assert (first.qid, first.task, first.video, first.at_s, first.answer) == (
+        "0.0",
+        "Object Perception",
+        "./videos/long.mp4",
+        9.0,
+        "B",
+    )
+    assert first.options == ("a red frame", "a blue frame", "nothing", "a cat")  # letters stripped
+    assert items[1].at_s == 5.0
+    assert {p.qid: p.reason for p in problems} == {
+        "0.2": "time 'soon' is not HH:MM:SS or seconds",
+        "3": "no 'questions' list",
+    }
+    assert first.prompt().splitlines() == [
+        "What is shown now?",
+        "A. a red frame",
+        "B. a blue frame",
+        "C. nothing",
+        "D. a cat",
+        "Answer with the option's letter from the given choices directly.",
+    ]
+
+
+def test_ovobench_format(tmp_path: Path) -> None:
+    items, problems = formats.load_ovobench(ovobench(tmp_path / "ovo.json"))
+    assert [(i.qid, i.task, i.group, i.answer, i.at_s) for i in items] == [
+        ("7", "EPM", "backward", "A", 6.0),
+        ("8", "OCR", "real-time", "B", 2.5),
+    ]
+    reasons = {p.qid: p.reason for p in problems}
+    assert "forward task REC" in reasons["9"]
+    assert "gt 5" in reasons["10"]
+
+
+def test_videomme_format_jsonl(tmp_path: Path) -> None:
+    items, problems = formats.load_videomme(videomme(tmp_path / "vmme.jsonl"))
+    assert [(i.qid, i.video, i.group, i.answer, i.at_s) for i in items] == [
+        ("001-1", "vmme001", "short", "B", None),
+        ("001-2", "vmme001", "short", "D", None),
+        ("002-1", "vmme404", "long", "A", None),
+    ]
+    assert [p.qid for p in problems] == ["003-1"] and "answer 'E'" in problems[0].reason
+
+
+def test_mvbench_format(tmp_path: Path) -> None:
+    items, problems = formats.load_mvbench(mvbench(tmp_path / "json"))
+    seq = next(i for i in items if i.qid == "action_sequence/0")
+    assert (seq.task, seq.answer, seq.start_s, seq.end_s, seq.options) == (
+        "Action Sequence",
+        "B",
+        2.0,
+        6.0,
+        ("sat", "ran", "ate"),
+    )
+    assert seq.video_dirs == ("star/Charades_v1_480",)
+    shuffle = next(i for i in items if i.task == "Object Shuffle")
+    assert (shuffle.answer, shuffle.start_s, shuffle.end_s) == ("A", 0.0, None)
+    assert [(p.qid, p.task) for p in problems] == [("action_sequence/1", "Action Sequence")]
+
+
+def test_unreadable_annotation_files(tmp_path: Path) -> None:
+    with pytest.raises(AnnotationError, match="not found"):
+        formats.load_ovobench(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(AnnotationError, match="not JSON"):
+        formats.load_videomme(tmp_path / "bad.json")
+    (tmp_path / "scalar.json").write_text("42")
+    with pytest.raises(AnnotationError, match="list of entries"):
+        formats.load_streamingbench(tmp_path / "scalar.json")
+    (tmp_path / "v.parquet").write_bytes(b"PAR1")
+    with pytest.raises(AnnotationError, match="convert it to JSON"):
+        formats.load_videomme(tmp_path / "v.parquet")
+
+
+# -- scoring ----------------------------------------------------------------------------------------
+
+
+def test_letter_ids_and_scores(llava_lm) -> None:
+    ids = letter_token_ids(llava_lm, 4)
+    # The tiny tokenizer is byte-level: "A" is byte 65, and " A" is two tokens, so it is not a letter id.
+    assert ids == [[65], [66], [67], [68]]
+    logp = torch.full((300,), -10.0)
+    logp[66], logp[68] = -1.0, -0.5
+    assert score_options(logp, [[65], [66, 67], [68]]) == {"A": -10.0, "B": -1.0, "C": -0.5}
+
+
+def test_letter_in_text() -> None:
+    assert letter_in_text("(B) a blue frame", 4) == "B"
+    assert letter_in_text("The answer is C.", 4) == "C"
+    assert letter_in_text("Answer: E", 4) is None
+    assert letter_in_text("Apples", 4) is None
+
+
+def test_video_finder(videos: Path, tmp_path: Path) -> None:
+    finder = VideoFinder(videos, (".mp4",))
+
+    def item(video: str, dirs: tuple[str, ...] = ()) -> Item:
+        return Item("q", "t", video, "?", ("a", "b"), "A", video_dirs=dirs)
+
+    assert finder.find(item("./videos/long.mp4"))[0] == videos / "videos" / "long.mp4"
+    assert finder.find(item("vmme001"))[0] == videos / "vmme001.mp4"  # extension added
+    assert finder.find(item("ch1.mp4", ("star/Charades_v1_480",)))[0] == videos / "star/Charades_v1_480/ch1.mp4"
+    assert finder.find(item("elsewhere/ego.mp4"))[0] == videos / "Ego4D/clips/ego.mp4"  # by file name
+    path, why = finder.find(item("nothing.mp4"))
+    assert path is None and "video not found" in why
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x.mp4").write_bytes(b"")
+    (tmp_path / "b" / "x.mp4").write_bytes(b"")
+    (tmp_path / "frames.mp4").mkdir()
+    assert "ambiguous" in VideoFinder(tmp_path).find(item("x.mp4"))[1]
+    assert "is a folder" in VideoFinder(tmp_path).find(item("frames.mp4"))[1]
+
+
+# -- end to end ---------------------------------------------------------------------------------------
+
+
+def _frames_until(path: Path, at_s: float | None, start: float = 0.0, end: float | None = None) -> int:
+    return sum(1 for f in iter_frames(path, FPS, start=start, end=end) if at_s is None or f.t <= at_s)
+
+
+@pytest.mark.parametrize("bench", sorted(BENCHES))
+def test_eval_end_to_end(bench: str, llava_lm, session, videos: Path, tmp_path: Path) -> None:
+    spec = BENCHES[bench]
+    items, problems = spec.load(annotations(bench, tmp_path))
+    out = tmp_path / "results.jsonl"
+    summary = run_eval(llava_lm, spec, items, problems, session, videos, out, EvalSettings(max_new_tokens=3), False)
+    records = {r["qid"]: r for r in _records(out)}
+    answered = [r for r in records.values() if r["status"] == "answered"]
+    assert answered, records
+    finder = VideoFinder(videos, spec.extensions)
+    for item in items:
+        record = records[item.qid]
+        if record["status"] != "answered":
+            continue
+        # Streamed exactly up to the question's time (or the clip's end), from the clip's start.
+        path = finder.find(item)[0]
+        assert record["frames_seen"] == _frames_until(path, item.at_s, item.start_s, item.end_s)
+        scores = record["option_logprobs"]
+        assert sorted(scores) == list("ABCD"[: len(item.options)])
+        assert record["pred"] == max(scores, key=scores.get)
+        assert record["correct"] == (record["pred"] == item.answer)
+        assert isinstance(record["text"], str) and record["ttft_ms"] > 0
+    skipped = [r for r in records.values() if r["status"] == "skipped"]
+    assert summary["skipped"] == len(skipped) == len(records) - len(answered)
+    assert summary["overall"]["answered"] == len(answered)
+    assert summary["overall"]["correct"] == sum(r["correct"] for r in answered)
+    assert sum(summary["skipped_by_reason"].values()) == len(skipped)
+    assert summary["not_run"] == 0
+    expected_skips = {
+        "streamingbench": {"malformed entry": 2, "video not found": 1, "Cannot read video": 1},
+        "ovobench": {"malformed entry": 2},
+        "videomme": {"malformed entry": 1, "video not found": 1},
+        "mvbench": {"malformed entry": 1},
+    }[bench]
+    assert summary["skipped_by_reason"] == expected_skips
+
+
+def test_scores_match_a_fresh_stream(llava_lm, session, videos: Path, tmp_path: Path) -> None:
+    """The recorded letter log-probabilities are those of a session that saw frames 0..5 s only."""
+    spec = BENCHES["streamingbench"]
+    items, _ = spec.load(streamingbench(tmp_path / "sb.json"))
+    item = next(i for i in items if i.at_s == 5.0)
+    single = Item(item.qid, item.task, item.video, item.question, item.options, item.answer, at_s=5.0)
+    out = tmp_path / "one.jsonl"
+    run_eval(llava_lm, spec, [single], [], session, videos, out, EvalSettings(max_new_tokens=0), False)
+    record = _records(out)[0]
+
+    fresh = StreamingSession(llava_lm, session.config, policy="hermes")
+    chunker = Chunker(CHUNK)
+    for frame in iter_frames(videos / "videos" / "long.mp4", FPS):
+        if frame.t > 5.0:
+            break
+        chunk = chunker.push(frame)
+        if chunk is not None:
+            fresh.ingest(chunk)
+    fresh.ingest(chunker.flush())
+    logp = fresh.first_token_logprobs(single.prompt())
+    expected = [float(logp[ord(letter)]) for letter in "ABCD"]
+    assert np.allclose([record["option_logprobs"][k] for k in "ABCD"], expected, atol=1e-4)
+    assert record["frames_seen"] == 6 and record["text"] == "" and record["ttft_ms"] is None
+
+
+def test_resume_appends_only_what_is_missing(llava_lm, session, videos: Path, tmp_path: Path) -> None:
+    spec = BENCHES["videomme"]
+    items, problems = spec.load(videomme(tmp_path / "v.jsonl"))
+    out = tmp_path / "r.jsonl"
+    first = run_eval(llava_lm, spec, items, problems, session, videos, out, EvalSettings(0, limit=1), False)
+    assert first["overall"]["answered"] == 1 and first["questions"] == 2  # one question plus the malformed entry
+    lines = out.read_text().splitlines()
+    # A run killed mid-write leaves half a line; resuming drops it and appends whole lines only.
+    with out.open("a") as f:
+        f.write('{"qid": "001-2", "stat')
+    summary = run_eval(llava_lm, spec, items, problems, session, videos, out, EvalSettings(0), False)
+    after = out.read_text().splitlines()
+    assert after[: len(lines)] == lines
+    new = [json.loads(line) for line in after[len(lines) :]]
+    assert "001-1" not in {r["qid"] for r in new}  # answered before: not asked again
+    assert {r["qid"] for r in new if r["status"] == "answered"} == {"001-2"}
+    assert summary["overall"]["answered"] == 2 and summary["skipped"] == 2 and summary["not_run"] == 0
+    assert set(read_results(out)) == {"001-1", "001-2", "002-1", "003-1"}
+
+
+def test_eval_cli(llava_lm, videos: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_eval_parser(parser.add_subparsers(dest="command", required=True))
+    ann = ovobench(tmp_path / "ovo.json")
+    out = tmp_path / "ovo.jsonl"
+    argv = ["eval", "--bench", "ovobench", "--annotations", str(ann), "--videos", str(videos), "--out", str(out)]
+    args = parser.parse_args([*argv, "--model", "tiny", "--fps", "1", "--budget", "600", "--no-progress"])
+    assert args.reindex is None and args.policy == "hermes"
+    assert args.func(args) == 0
+    table = capsys.readouterr().out
+    assert (
+        "OVO-Bench" in table
+        and "lazy re-indexing" in table
+        and "| EPM | 1 |" in table
+        and "| **overall** | 2 |" in table
+    )
+    summary = json.loads((tmp_path / "ovo.summary.json").read_text())
+    assert summary["settings"]["reindex"] == "lazy" and summary["skipped"] == 2
+    videomme_args = parser.parse_args(
+        ["eval", "--bench", "videomme", "--annotations", str(ann), "--videos", str(videos), "--limit", "0"]
+    )
+    with pytest.raises(ValueError, match="--limit"):
+        videomme_args.func(videomme_args)
+
+
+def test_qwen_streams_pairs_and_long_prompts_are_skipped(qwen_lm, videos: Path, tmp_path: Path) -> None:
+    """Qwen2.5-VL pads odd chunks to frame pairs: the frames seen still count real frames only.
+    A prompt past the engine's length limit is skipped and counted, not fatal."""
+    opts = ["A. yes", "B. no"]
+    ann = _write(
+        tmp_path / "sb.json",
+        [
+            {
+                "video_path": "videos/long.mp4",
+                "questions": [
+                    {"task_type": "T", "question": "Now?", "time_stamp": "00:00:04", "answer": "A", "options": opts},
+                    {
+                        "task_type": "T",
+                        "question": "x" * 2000,
+                        "time_stamp": "00:00:06",
+                        "answer": "B",
+                        "options": opts,
+                    },
+                    {"task_type": "T", "question": "Later?", "time_stamp": "00:00:07", "answer": "B", "options": opts},
+                ],
+            }
+        ],
+    )
+    spec = BENCHES["streamingbench"]
+    items, problems = spec.load(ann)
+    session = StreamingSession(qwen_lm, HermesConfig(budget=200, chunk_frames=3, fps=FPS))
+    out = tmp_path / "q.jsonl"
+    summary = run_eval(qwen_lm, spec, items, problems, session, videos, out, EvalSettings(0), False)
+    records = {r["qid"]: r for r in _records(out)}
+    assert records["0.0"]["frames_seen"] == 5 and records["0.2"]["frames_seen"] == 8  # t = 0..4 s, then 0..7 s
+    assert records["0.1"]["status"] == "skipped" and "characters long" in records["0.1"]["reason"]
+    assert summary["skipped_by_reason"] == {"question too long": 1}
+    assert summary["overall"]["answered"] == 2 and summary["overall"]["text_accuracy"] is None
