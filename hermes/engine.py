@@ -145,24 +145,21 @@ class StreamingSession:
         return out
 
     def guidance_attention(self) -> list[torch.Tensor | None]:
-        """W per layer over its slots after the prefix: hybrid prompt for shallow and middle
-        layers, global prompt for deep ones. The memory is left untouched."""
+        """W per layer over its slots after the prefix, from one forward pass over the guidance
+        prompt: deep layers read the global part's queries, the others the whole hybrid prompt.
+        The memory is left untouched."""
         tiers = self.memory.tiers
-        global_text, hybrid_text = guidance_texts(self.last_turn)
-        passes = (
-            (hybrid_text, tiers.layers(Tier.SENSORY) + tiers.layers(Tier.WORKING)),
-            (global_text, tiers.layers(Tier.LONG_TERM)),
-        )
+        global_text, local_text = guidance_texts(self.last_turn)
+        global_ids = self.lm.encode(self.lm.video_close + global_text)
+        ids = torch.cat([global_ids, self.lm.encode(" " + local_text)], dim=-1)
+        n_global = global_ids.shape[-1]
+        layers = range(len(tiers))
+        queries = {layer: slice(0, n_global) if tiers[layer] is Tier.LONG_TERM else slice(None) for layer in layers}
+        positions = self.memory.next_position + torch.arange(ids.shape[-1])[None]
+        with AttentionProbe(self.lm.attention_modules(), layers, queries, stop_early=True) as probe:
+            self.lm.forward(cache_view(self.memory.kv()), ids, positions)
         p, s = self.memory.prefix_len, self.memory.slots
-        out: list[torch.Tensor | None] = [None] * len(tiers)
-        for text, layers in passes:
-            ids = self.lm.question_ids(text)
-            positions = self.memory.next_position + torch.arange(ids.shape[-1])[None]
-            with AttentionProbe(self.lm.attention_modules(), layers, stop_early=True) as probe:
-                self.lm.forward(cache_view(self.memory.kv()), ids, positions)
-            for layer in layers:
-                out[layer] = probe.weights[layer][p : p + s]
-        return out
+        return [probe.weights[layer][p : p + s] for layer in layers]
 
     # -- answering -------------------------------------------------------------------------
     def check_question(self, question: str) -> str:

@@ -8,8 +8,9 @@ import torch
 
 from hermes.config import HermesConfig
 from hermes.engine import QuestionError, StreamingSession
-from hermes.guidance import AttentionProbe
+from hermes.guidance import AttentionProbe, guidance_texts
 from hermes.models.base import cache_view
+from hermes.tiers import Tier
 from hermes.video import Chunk
 
 FRAMES = 2  # per chunk: small, and even for Qwen2.5-VL
@@ -169,3 +170,27 @@ def test_qwen_positions_continue_across_chunks(qwen_lm):
     assert torch.equal(question[0, 0], torch.arange(top + 1, top + 1 + q_len))
     assert torch.equal(question[0], question[1]) and torch.equal(question[1], question[2])
     assert int(captured[1][0, 0, 0]) == top + 1 + q_len  # the first decoded token follows
+
+
+def test_one_guidance_pass_serves_both_prompts(lm):
+    """Deep layers read the global prompt's queries inside the hybrid pass: the same attention as
+    a pass over the global prompt alone, because the global prompt comes first."""
+    s = _session(lm, 120)
+    for i in range(3):
+        s.ingest(_chunk(i, i))
+    combined = s.guidance_attention()
+    global_text, _ = guidance_texts()
+    ids = lm.encode(lm.video_close + global_text)
+    positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
+    deep = s.memory.tiers.layers(Tier.LONG_TERM)
+    with AttentionProbe(lm.attention_modules(), deep) as probe:
+        lm.forward(cache_view(s.memory.kv()), ids, positions)
+    p = s.memory.prefix_len
+    for layer in deep:
+        alone = probe.weights[layer][p : p + s.memory.slots]
+        assert (combined[layer] - alone).abs().max().item() < 1e-6
+    # Middle layers average over the whole hybrid prompt, which differs from the global part alone.
+    middle = s.memory.tiers.layers(Tier.WORKING)[0]
+    with AttentionProbe(lm.attention_modules(), [middle]) as probe:
+        lm.forward(cache_view(s.memory.kv()), ids, positions)
+    assert (combined[middle] - probe.weights[middle][p : p + s.memory.slots]).abs().max().item() > 1e-6
