@@ -27,6 +27,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     p.add_argument("--max-sessions", type=int, default=4, help="streams that may run at once (more are told to wait)")
+    p.add_argument(
+        "--memory-cap-mb",
+        type=float,
+        default=None,
+        help="cache memory that streams may reserve in all (default: $HERMES_MEMORY_CAP_MB, else the free GPU "
+        "memory less a margin, or on the CPU 4096 MB or half the free RAM if less)",
+    )
     return p.parse_args(argv)
 
 
@@ -48,7 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ui import build_app, launch_options
 
     lm, load_error = load_model(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, args.device)
-    demo = build_app(lm, load_error=load_error, max_streams=args.max_sessions)
+    cap_mb = args.memory_cap_mb
+    demo = build_app(
+        lm,
+        load_error=load_error,
+        max_streams=args.max_sessions,
+        memory_cap_bytes=None if cap_mb is None else int(cap_mb * 2**20),
+    )
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
     return 0
 

@@ -18,9 +18,11 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 from hermes.cache import LayerSnapshot, MemorySnapshot
+from hermes.live import LiveView, StreamSettings
+from hermes.registry import StreamRegistry
 from hermes.tiers import Tier
-from hermes.worker import LiveView, StreamRegistry, StreamSettings
 from ui import build_app, figures, launch_options
+from ui.layout import MAX_UPLOAD
 
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "cockatoo.mp4"
 SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)
@@ -42,9 +44,9 @@ def wait_for(predicate, timeout: float = 60.0, step: float = 0.2):
     return predicate()
 
 
-def serve(lm, settings: StreamSettings = SMALL):
+def serve(lm, settings: StreamSettings = SMALL, max_file_size: str = MAX_UPLOAD, **registry_options):
     """Launch the app on a free port; returns (url, demo, registry)."""
-    registry = StreamRegistry(lm, settings=settings)
+    registry = StreamRegistry(lm, settings=settings, **registry_options)
     demo = build_app(lm, registry=registry)
     demo.launch(
         server_name="127.0.0.1",
@@ -52,7 +54,7 @@ def serve(lm, settings: StreamSettings = SMALL):
         prevent_thread_lock=True,
         show_error=True,
         quiet=True,
-        **launch_options(),
+        **launch_options(max_file_size),
     )
     return demo.local_url, demo, registry
 
@@ -199,3 +201,5 @@ def test_app_falls_back_to_the_tiny_model_with_a_banner(monkeypatch):
     assert "answers are noise" in banner and "memory dynamics are real" in banner and "tiny-24" in banner
     args = app_module.parse_args([])
     assert (args.model, args.host, args.port, args.share, args.max_sessions) == (None, None, None, False, 4)
+    assert args.memory_cap_mb is None  # then $HERMES_MEMORY_CAP_MB, else the device's default
+    assert app_module.parse_args(["--memory-cap-mb", "512"]).memory_cap_mb == 512

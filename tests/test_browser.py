@@ -14,7 +14,7 @@ import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from hermes.worker import StreamSettings
+from hermes.live import StreamSettings
 from tests.test_app import serve
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -67,6 +67,8 @@ def test_stream_ask_and_watch_the_memory(browser, url, tmp_path):
     page.wait_for_function(
         "() => /[1-9][0-9]* seen by the model/.test(document.querySelector('#status').innerText)", timeout=TIMEOUT_MS
     )
+    page.click("#ask")  # an empty question: a clear message, nothing sent to the model
+    page.get_by_text("The question is empty").first.wait_for(timeout=TIMEOUT_MS)
     page.fill("#question textarea", "What is in the picture?")
     page.click("#ask")
     page.wait_for_function("() => document.querySelector('#chat').innerText.includes('TTFT')", timeout=TIMEOUT_MS)

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import gc
 import json
 import threading
 import time
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from hermes.engine import MAX_QUESTION_CHARS, QuestionError
-from hermes.video import VideoError
-from hermes.worker import (
-    Busy,
-    JobCancelled,
-    LiveStream,
-    ModelWorker,
-    Priority,
-    StreamRegistry,
-    StreamSettings,
-)
+from hermes.admission import Busy, cache_bytes_for, default_memory_cap, full_slot_limit, prefix_len
+from hermes.config import HermesConfig
+from hermes.engine import MAX_QUESTION_CHARS, QuestionError, StreamingSession
+from hermes.live import LiveStream, StreamSettings
+from hermes.registry import StreamRegistry
+from hermes.video import Chunker, VideoError
+from hermes.worker import JobCancelled, ModelWorker, Priority, is_out_of_memory
 
 SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)
 
@@ -187,39 +189,169 @@ def test_reset_applies_settings_and_fails_pending_questions(worker, stream, clip
     assert stream.chat_messages() == []
 
 
-def test_a_failing_stream_does_not_hurt_the_others(worker, llava_lm, clips, monkeypatch):
+def fail_ingest_of(monkeypatch, victim: LiveStream, exc: BaseException) -> None:
+    """Make every chunk of `victim` (only) raise `exc` inside the model job."""
+    real = StreamingSession.ingest
+
+    def ingest(session, chunk):
+        if session in victim._sessions.values():
+            raise exc
+        return real(session, chunk)
+
+    monkeypatch.setattr(StreamingSession, "ingest", ingest)
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        (RuntimeError("injected fault: bad frame"), "injected fault: bad frame"),
+        (MemoryError(), "Out of memory on this stream: lower the budget"),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "Out of memory"),
+    ],
+    ids=["bug", "cpu-oom", "gpu-oom"],
+)
+def test_a_fault_in_one_stream_spares_the_others(worker, llava_lm, clips, monkeypatch, fault, message):
     broken = LiveStream(worker, llava_lm, SMALL, key="broken")
     healthy = LiveStream(worker, llava_lm, SMALL, key="healthy")
     try:
-
-        def boom(gen, chunk):
-            raise RuntimeError("out of memory")
-
-        monkeypatch.setattr(broken, "_ingest", boom)
-        broken.start_file(clips["short"], speed="max")
-        assert wait_for(lambda: broken.status().state == "error", 30)
-        assert "out of memory" in broken.status().error
-        assert any("out of memory" in n for n in broken.pop_notices())
-        streamed(healthy, clips["short"])
-        assert healthy.view().frames_seen == 4 and healthy.status().error is None and not healthy.pop_notices()
-        assert worker.alive
+        with monkeypatch.context() as m:
+            fail_ingest_of(m, broken, fault)
+            broken.start_file(clips["short"], speed="max")
+            streamed(healthy, clips["short"])
+            assert wait_for(lambda: broken.status().state == "error", 30)
+            assert worker.wait_idle("broken", 30)
+            # The faulty stream says what happened, in its status, as a notice, and to its questions.
+            assert message in broken.status().error
+            assert any(message in n for n in broken.pop_notices())
+            [event] = list(broken.ask("What happened?").events())
+            assert message in event.error
+            # The other stream got all its frames and its answers; the model thread lives on.
+            assert healthy.view().frames_seen == 4 and healthy.status().error is None and not healthy.pop_notices()
+            assert list(healthy.ask("And you?", max_new_tokens=2).events())[-1].done
+            assert worker.alive and worker.errors == 1  # the failed stream's other chunks were skipped
+        broken.reset()  # the faulty session starts over
+        streamed(broken, clips["short"])
+        assert broken.view().frames_seen == 4 and broken.status().error is None
     finally:
         broken.close()
         healthy.close()
 
 
-def test_a_failing_answer_reports_an_error_and_the_stream_goes_on(stream, clips, monkeypatch):
+def test_out_of_memory_is_recognised():
+    assert is_out_of_memory(MemoryError())
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
+    assert is_out_of_memory(RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 8 GB"))
+    assert not is_out_of_memory(RuntimeError("shapes cannot be multiplied"))
+    assert not is_out_of_memory(ValueError("out of memory"))  # only allocation errors
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        (RuntimeError("injected fault"), "The model failed while answering (RuntimeError: injected fault)"),
+        (torch.OutOfMemoryError("CUDA out of memory"), "Out of memory while answering: lower the budget"),
+    ],
+    ids=["bug", "oom"],
+)
+def test_a_failing_answer_reports_an_error_and_the_stream_goes_on(stream, clips, monkeypatch, fault, message):
     streamed(stream, clips["short"])
 
     def boom(question, max_new_tokens):
-        raise RuntimeError("CUDA out of memory")
+        raise fault
         yield
 
     with monkeypatch.context() as m:
         m.setattr(stream._sessions["hermes"], "ask_stream", boom)
         [event] = list(stream.ask("What now?").events())
-    assert "CUDA out of memory" in event.error and stream.worker.alive
+    assert message in event.error and stream.worker.alive and stream.worker.errors == 1
+    assert stream.status().error is None  # the memory was not touched: the stream goes on
     assert list(stream.ask("And now?", max_new_tokens=2).events())[-1].done
+
+
+@contextlib.contextmanager
+def gate_answers(session: StreamingSession) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Hold `session`'s answers after their first token until the gate opens (at the latest on exit)."""
+    first, gate = threading.Event(), threading.Event()
+    real = session.ask_stream
+
+    def held(question, max_new_tokens):
+        for i, update in enumerate(real(question, max_new_tokens)):
+            yield update
+            if i == 0:
+                first.set()
+                gate.wait(10)
+
+    session.ask_stream = held
+    try:
+        yield first, gate
+    finally:
+        gate.set()  # never leave the model thread waiting, even when the test fails
+        del session.ask_stream
+
+
+def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
+    streamed(stream, clips["short"])
+    with gate_answers(stream._sessions["hermes"]) as (first, gate):
+        ticket = stream.ask("What colour is the square?", max_new_tokens=50)
+        events = ticket.events()
+        assert next(events).text and first.wait(10)
+        stream.reset()
+        gate.set()
+        rest = list(events)
+    assert len(rest) == 1 and rest[0].interrupted and rest[0].done and rest[0].error is None
+    assert stream.worker.wait_idle(stream.key, 10) and stream.worker.errors == 0
+    assert stream.view().answers == () and stream.chat_messages() == []
+    # A chat write of the old answer lands nowhere after the reset.
+    assert stream.add_message({"role": "assistant", "content": "late"}, ticket.generation) == -1
+    streamed(stream, clips["short"])  # and the session starts again
+    assert list(stream.ask("Again?", max_new_tokens=2).events())[-1].done
+
+
+def test_stop_in_the_middle_of_an_answer_lets_it_finish(stream, clips):
+    stream.start_file(clips["short"], speed="1x")
+    assert wait_for(lambda: stream.view().frames_seen > 0, 30)
+    with gate_answers(stream._sessions["hermes"]) as (first, gate):
+        ticket = stream.ask("What colour is the square?", max_new_tokens=8)
+        assert first.wait(10)
+        stream.stop()
+        gate.set()
+        events = list(ticket.events())
+    assert events[-1].done and not events[-1].interrupted and all(e.error is None for e in events)
+    assert stream.worker.wait_idle(stream.key, 10) and stream.status().state == "stopped"
+    assert len(stream.view().answers) == 1
+    streamed(stream, clips["short"])  # the session starts again
+    assert stream.view().frames_seen == 4
+
+
+def test_full_policy_stops_at_its_bound_with_a_note(stream, llava_lm, clips):
+    # Positions for 1,000 video tokens after the prefix and the question margin: two 393-token chunks fit.
+    config = HermesConfig()
+    settings = StreamSettings(
+        policy="full", chunk_frames=2, fps=1.0, max_positions=prefix_len(llava_lm) + config.position_margin + 1000
+    )
+    assert full_slot_limit(llava_lm, settings.config()) == 1000
+    stream.start_file(clips["short"], speed="max", settings=settings)  # 8 frames: 4 chunks
+    assert wait_for(lambda: stream.status().state == "stopped", 30) and stream.worker.wait_idle(stream.key, 30)
+    status, view = stream.status(), stream.view()
+    assert view.frames_seen == 4 and status.error is None
+    assert "full cache reached its bound (1,000 video tokens per layer" in status.note
+    assert any("bound" in n for n in stream.pop_notices())
+    assert view.snapshots["full"].cache_bytes <= cache_bytes_for(llava_lm, settings)
+    assert list(stream.ask("Still there?", max_new_tokens=2).events())[-1].done  # questions still work
+
+
+def test_bad_webcam_frames_are_refused_with_a_reason(stream):
+    settings = StreamSettings(budget=400, chunk_frames=2, fps=20.0)
+    with pytest.raises(ValueError, match=r"integer frames must be in \[0, 255\]"):
+        stream.push_frame(np.full((120, 160, 3), 1000, dtype=np.int32), settings)
+    with pytest.raises(ValueError, match="frame must have shape"):
+        stream.push_frame(np.zeros((120, 160, 7), dtype=np.uint8))
+    with pytest.raises(ValueError, match="numpy array"):
+        stream.push_frame("not a frame")
+    for _ in range(2):  # the stream carries on with good frames
+        stream.push_frame(np.zeros((120, 160, 3), dtype=np.uint8))
+        time.sleep(0.06)
+    assert stream.worker.wait_idle(stream.key, 30) and stream.view().frames_seen == 2
 
 
 def test_webcam_frames_of_any_size_make_chunks(stream, clips):
@@ -254,3 +386,100 @@ def test_registry_isolates_sessions_admits_and_frees(llava_lm, clips):
     finally:
         registry.shutdown()
     assert not registry.worker.alive
+
+
+# -- admission control ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [StreamSettings(policy="hermes"), StreamSettings(policy="fifo"), StreamSettings(reindex="eager", compare=True)],
+    ids=["hermes", "fifo", "compare-eager"],
+)
+def test_cache_bytes_for_is_exactly_what_a_stream_holds_past_its_budget(lm, settings):
+    # Budgets of one to two chunks' tokens (LLaVA-OV: 393 a chunk of 2 frames; Qwen2.5-VL: 70).
+    budget = 500 if lm.arch == "llava_onevision" else 100
+    settings = dataclasses.replace(settings, budget=budget, chunk_frames=2)
+    sessions = [StreamingSession(lm, settings.config(), policy=p) for p in settings.policies]
+    chunker = Chunker(2)
+    rng = np.random.default_rng(0)
+    sizes = []
+    for i in range(8):  # 4 chunks: every memory is past its budget from the second on
+        chunk = chunker.push(rng.integers(0, 255, (120, 160, 3), dtype=np.uint8), t=float(i))
+        if chunk is not None:
+            reports = [s.ingest(chunk) for s in sessions]
+            sizes.append(sum(r.cache_bytes for r in reports))
+    assert sizes[-1] == sizes[-2] == sizes[-3] == cache_bytes_for(lm, settings)
+    assert sizes[0] < sizes[-1]  # before the budget is reached the caches are smaller
+
+
+def test_full_policy_reserves_its_bound(llava_lm):
+    settings = StreamSettings(policy="full")
+    limit = full_slot_limit(llava_lm, settings.config())
+    assert limit == llava_lm.max_positions - HermesConfig().position_margin - prefix_len(llava_lm)
+    per_token = cache_bytes_for(llava_lm, StreamSettings(policy="fifo", budget=2)) - cache_bytes_for(
+        llava_lm, StreamSettings(policy="fifo", budget=1)
+    )
+    assert cache_bytes_for(llava_lm, settings) == (prefix_len(llava_lm) + limit) * per_token
+
+
+def test_default_memory_cap(monkeypatch):
+    mb = 2**20
+    monkeypatch.delenv("HERMES_MEMORY_CAP_MB", raising=False)
+    assert default_memory_cap(torch.device("cpu"), 12.5) == int(12.5 * mb)
+    assert 0 < default_memory_cap(torch.device("cpu")) <= 4096 * mb
+    monkeypatch.setenv("HERMES_MEMORY_CAP_MB", "300")
+    assert default_memory_cap(torch.device("cpu")) == 300 * mb
+    with pytest.raises(ValueError, match="positive"):
+        default_memory_cap(torch.device("cpu"), 0)
+    # On a GPU: the free memory less a margin of 10% of the card, and at least 2 GiB.
+    monkeypatch.delenv("HERMES_MEMORY_CAP_MB")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (60_000 * mb, 80_000 * mb))
+    assert default_memory_cap(torch.device("cuda")) == 52_000 * mb
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10_000 * mb, 16_000 * mb))
+    assert default_memory_cap(torch.device("cuda")) == 7_952 * mb
+
+
+def test_admission_reserves_cache_memory_and_refuses_when_it_is_short(llava_lm, clips):
+    need = cache_bytes_for(llava_lm, SMALL)
+    registry = StreamRegistry(llava_lm, settings=SMALL, memory_cap_bytes=int(2.5 * need))
+    try:
+        a, b, c = (registry.get(k) for k in "abc")
+        streamed(a, clips["short"])  # finished, but it still holds its memory (it can be asked)
+        b.start_file(clips["short"], speed="1x")
+        assert a.reserved_bytes == b.reserved_bytes == need and registry.reserved_bytes() == 2 * need
+        with pytest.raises(Busy, match=r"Busy: the other streams hold .* MB .* Try again in a minute") as info:
+            c.start_file(clips["short"])
+        assert f"needs {need / 2**20:,.1f} MB" in str(info.value) and c.reserved_bytes == 0
+        with pytest.raises(Busy, match="more than this server gives one stream"):
+            c.start_file(clips["short"], settings=StreamSettings(policy="full"))
+        with pytest.raises(Busy, match="Busy"):  # a webcam is admitted the same way
+            c.push_frame(np.zeros((120, 160, 3), dtype=np.uint8))
+        a.reset()  # gives its memory back
+        assert a.reserved_bytes == 0 and registry.reserved_bytes() == need
+        c.start_file(clips["short"], speed="1x")
+        registry.close("b")  # a closed tab gives its memory back too
+        assert registry.reserved_bytes() == need
+        a.start_file(clips["short"], speed="max")  # restarting takes only what is free
+    finally:
+        registry.shutdown()
+
+
+def test_closing_a_tab_mid_stream_frees_its_memory_and_reader(llava_lm, clips):
+    registry = StreamRegistry(llava_lm, settings=SMALL)
+    try:
+        stream = registry.get("tab")
+        stream.start_file(clips["short"], speed="1x")  # 8 s of video: still streaming below
+        assert wait_for(lambda: stream.view().frames_seen > 0, 30)
+        reader, memory = stream._reader, weakref.ref(stream._sessions["hermes"].memory)
+        assert reader.is_alive() and registry.reserved_bytes() > 0 and stream.status().state == "streaming"
+        assert registry.close("tab")
+        assert not reader.is_alive() and stream.status().state == "closed"
+        assert registry.worker.wait_idle("tab", 10)
+        gc.collect()
+        assert memory() is None, "the closed stream's cache tensors are still referenced"
+        assert len(registry) == 0 and registry.reserved_bytes() == 0 and registry.worker.alive
+        with pytest.raises(RuntimeError, match="closed"):
+            stream.ask("Anyone?")
+    finally:
+        registry.shutdown()

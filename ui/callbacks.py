@@ -13,15 +13,12 @@ from pathlib import Path
 
 import gradio as gr
 
+from hermes.admission import Busy
+from hermes.answers import AnswerEvent
 from hermes.engine import QuestionError
+from hermes.live import LiveStream, StreamSettings
+from hermes.registry import StreamRegistry
 from hermes.video import VideoError
-from hermes.worker import (
-    AnswerEvent,
-    Busy,
-    LiveStream,
-    StreamRegistry,
-    StreamSettings,
-)
 from ui import figures
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -56,7 +53,9 @@ def answer_message(event: AnswerEvent, compare: bool) -> dict:
     """The chat message of one policy's answer so far; the finished one carries its timings."""
     label = f"**{figures.LABELS.get(event.policy, event.policy)}** · " if compare else ""
     text = printable(event.text) or "…"
-    if event.done:
+    if event.interrupted:
+        text += "\n\n*(interrupted: the stream was reset)*"
+    elif event.done:
         ttft = f"{event.ttft_ms:.0f} ms" if event.ttft_ms is not None else "n/a"
         text += (
             f"\n\n*TTFT {ttft} · waited {event.wait_ms:.0f} ms for the chunk in flight · "
@@ -88,6 +87,8 @@ def status_text(stream: LiveStream) -> str:
     text = head + "  \n" + " · ".join(parts)
     if status.error:
         text += f"  \n⚠️ {status.error}"
+    if status.note:
+        text += f"  \nℹ️ {status.note}"
     return text
 
 
@@ -222,20 +223,22 @@ class Callbacks:
                 stream.add_message(error_message(str(exc)))
             yield stream.chat_messages(), gr.skip()
             return
-        stream.add_message({"role": "user", "content": ticket.question})
+        # Chat writes carry the ticket's generation: after a Reset they land nowhere.
+        gen = ticket.generation
+        stream.add_message({"role": "user", "content": ticket.question}, gen)
         yield stream.chat_messages(), ""
         compare = len(stream.view().settings.policies) > 1
         slots: dict[str, int] = {}
         for event in ticket.events():
             if event.error:
-                stream.add_message(error_message(event.error))
+                stream.add_message(error_message(event.error), gen)
                 gr.Warning(event.error)
             else:
                 message = answer_message(event, compare)
                 if event.policy not in slots:
-                    slots[event.policy] = stream.add_message(message)
+                    slots[event.policy] = stream.add_message(message, gen)
                 else:
-                    stream.set_message(slots[event.policy], message)
+                    stream.set_message(slots[event.policy], message, gen)
             yield stream.chat_messages(), gr.skip()
 
     # -- reading ------------------------------------------------------------------------------

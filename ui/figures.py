@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hermes.cache import LayerSnapshot, MemorySnapshot
+from hermes.live import ChunkRecord, LiveView
 from hermes.tiers import Tier
-from hermes.worker import ChunkRecord, LiveView
 
 MAX_FRAME_COLUMNS = 64
 MAX_SLOT_POINTS = 160

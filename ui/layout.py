@@ -7,14 +7,24 @@ from pathlib import Path
 
 import gradio as gr
 
+from hermes.live import POLICIES, SPEEDS, StreamSettings
 from hermes.models.base import VideoLM
+from hermes.registry import StreamRegistry
 from hermes.tiers import Tier, TierMap
-from hermes.worker import POLICIES, SPEEDS, StreamRegistry, StreamSettings
 from ui import figures
 from ui.callbacks import DEFAULT_SAMPLE, SAMPLES, Callbacks
 
 CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
 TICK_S = 1.0
+# Gradio limits. The model thread runs one job at a time whatever Gradio does, so these bound the
+# threads and requests waiting on it. Quick handlers (controls, ticks, webcam frames) return at
+# once and run without a limit; an answer holds a thread while it streams, so at most
+# ASK_CONCURRENCY answers stream at once and later questions wait in Gradio's queue, which refuses
+# requests beyond QUEUE_MAX_SIZE ("the queue is full").
+QUEUE_MAX_SIZE = 64
+ASK_CONCURRENCY = 8
+DEFAULT_CONCURRENCY = 4  # events without their own limit (the tab-closed handler)
+MAX_UPLOAD = "200mb"  # larger uploads are refused by Gradio before they reach the app
 
 MAP_CAPTION = (
     "**Retained-token map.** Each row is a decoder layer (shallow at the bottom, deep at the top); each column "
@@ -67,10 +77,10 @@ def random_weights_banner(lm: VideoLM, load_error: str | None = None) -> str | N
     )
 
 
-def launch_options() -> dict:
-    """Theme and CSS: Gradio 6 takes them in launch(), not in Blocks()."""
+def launch_options(max_file_size: str | int = MAX_UPLOAD) -> dict:
+    """Theme, CSS (Gradio 6 takes them in launch(), not in Blocks()) and the upload size limit."""
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
-    return {"theme": theme, "css_paths": [CSS_PATH]}
+    return {"theme": theme, "css_paths": [CSS_PATH], "max_file_size": max_file_size}
 
 
 def build_app(
@@ -80,10 +90,12 @@ def build_app(
     registry: StreamRegistry | None = None,
     load_error: str | None = None,
     max_streams: int = 4,
+    memory_cap_bytes: int | None = None,
 ) -> gr.Blocks:
-    """The Blocks app. Pass `registry` to keep a handle on the sessions (tests shut it down)."""
+    """The Blocks app. Pass `registry` to keep a handle on the sessions (tests shut it down);
+    otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry)."""
     if registry is None:
-        registry = StreamRegistry(lm, settings=settings, max_streams=max_streams)
+        registry = StreamRegistry(lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes)
     s = registry.settings
     cb = Callbacks(registry)
     banner = random_weights_banner(lm, load_error)
@@ -212,18 +224,10 @@ def build_app(
         stop.click(cb.stop, None, status, api_name="stop", **quick)
         reset.click(cb.reset, settings_inputs, start_outputs, api_name="reset", **quick)
         speed.change(cb.set_speed, speed, None, api_visibility="private", **quick)
-        # Answers stream for seconds; the model thread serialises them, so no limit is needed here.
-        ask.click(
-            cb.ask, question, [chatbot, question], api_name="ask", concurrency_limit=None, show_progress="minimal"
-        )
-        question.submit(
-            cb.ask,
-            question,
-            [chatbot, question],
-            api_visibility="private",
-            concurrency_limit=None,
-            show_progress="minimal",
-        )
+        # Both ways of asking share one limit (one concurrency_id).
+        asking = {"concurrency_limit": ASK_CONCURRENCY, "concurrency_id": "ask", "show_progress": "minimal"}
+        ask.click(cb.ask, question, [chatbot, question], api_name="ask", **asking)
+        question.submit(cb.ask, question, [chatbot, question], api_visibility="private", **asking)
         refresh.click(cb.metrics, None, metrics, api_name="metrics", **quick)
         webcam.stream(
             cb.webcam_frame,
@@ -242,5 +246,5 @@ def build_app(
             **quick,
         )
         demo.unload(cb.unload)
-    demo.queue(max_size=256, default_concurrency_limit=4)
+    demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=DEFAULT_CONCURRENCY)
     return demo

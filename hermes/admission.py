@@ -1,0 +1,99 @@
+"""Admission control: the exact memory a stream's caches need, and the memory the server may give.
+
+Once a stream's budget is reached, every layer of its cache holds the text prefix plus a fixed
+number of slots (|M| + 1 for hermes: the summary slot, or one extra video slot; |M| for fifo), so
+its size is known before the stream starts:
+
+    bytes = layers * (prefix + slots) * 2 (K and V) * kv_heads * head_dim * dtype bytes
+
+summed over the stream's caches (two in compare mode). The `full` policy has no budget: the app
+bounds it by the positions the model has left after the question margin (what the engine can hold
+at all), reserves that much, and stops a full stream when its cache reaches the bound.
+
+No Gradio here; `hermes.registry` applies these numbers to the streams of all viewers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import psutil
+import torch
+
+from hermes.config import HermesConfig
+from hermes.models.base import VideoLM
+from hermes.policies import make_policy
+
+if TYPE_CHECKING:
+    from hermes.live import StreamSettings
+
+MB = 1024 * 1024
+# CPU: at most this much of the cache memory by default, and never more than half the free RAM.
+DEFAULT_CPU_CAP_MB = 4096
+# GPU: keep this share of the card (at least GPU_MARGIN_MIN_MB) free for the activations of the
+# one job in flight (a chunk's prefill, the vision tower) and for fragmentation.
+GPU_MARGIN_FRACTION = 0.1
+GPU_MARGIN_MIN_MB = 2048
+CAP_ENV = "HERMES_MEMORY_CAP_MB"
+
+
+class Busy(RuntimeError):
+    """Admission control refused a new stream; the message says why and what to do."""
+
+
+def kv_bytes_per_token(lm: VideoLM) -> int:
+    """Bytes one token takes in the cache: keys and values of every layer."""
+    c = lm.text_config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return lm.num_layers * 2 * c.num_key_value_heads * head_dim * lm.dtype.itemsize
+
+
+def prefix_len(lm: VideoLM) -> int:
+    """Tokens of the fixed text prefix that every cache starts with."""
+    return int(lm.prefix_ids().shape[-1])
+
+
+def full_slot_limit(lm: VideoLM, config: HermesConfig) -> int:
+    """Video slots per layer at which the app stops a `full` stream: the positions the model has
+    after the prefix and the margin kept for the question (the engine could not go further)."""
+    max_positions = config.max_positions or lm.max_positions
+    return max(0, max_positions - config.position_margin - prefix_len(lm))
+
+
+def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
+    """Slots after the prefix that each layer holds once the budget is reached."""
+    capacity = make_policy(policy, config).capacity()
+    return full_slot_limit(lm, config) if capacity is None else capacity
+
+
+def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
+    """The bytes a stream's caches hold once its budget is reached (for `full`: at its bound).
+
+    Equals `HermesMemory.cache_bytes()` summed over the stream's sessions from the chunk that
+    reaches the budget on; a chunk's prefill briefly adds its own tokens on top (the margin of
+    `default_memory_cap` covers that, since only one job runs at a time).
+    """
+    config = settings.config()
+    per_token, prefix = kv_bytes_per_token(lm), prefix_len(lm)
+    return sum((prefix + slots_per_layer(lm, config, p)) * per_token for p in settings.policies)
+
+
+def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int:
+    """Bytes of cache memory that admission control hands out.
+
+    `cap_mb`, else $HERMES_MEMORY_CAP_MB, if given. Otherwise, on a GPU: the memory free now (the
+    model loaded) minus a margin for activations; on the CPU: DEFAULT_CPU_CAP_MB, or half the
+    available RAM if that is less.
+    """
+    if cap_mb is None and os.environ.get(CAP_ENV):
+        cap_mb = float(os.environ[CAP_ENV])
+    if cap_mb is not None:
+        if cap_mb <= 0:
+            raise ValueError(f"the memory cap must be positive, got {cap_mb} MB")
+        return int(cap_mb * MB)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        margin = max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total))
+        return max(0, free - margin)
+    return min(DEFAULT_CPU_CAP_MB * MB, psutil.virtual_memory().available // 2)

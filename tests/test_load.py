@@ -1,0 +1,116 @@
+"""Load: several viewers stream different clips and ask at the same moment, through gradio_client.
+
+Each session uploads its own clip (a different length, so a different frame count), streams it at
+2x, and all sessions ask their own question at once while their streams run. Every answer must
+arrive without error, in its own session's chat only, and each session's metrics must show its own
+frames. The timings are printed; the README's "Limits and behaviour" numbers come from:
+
+    python -m pytest -q -s tests/test_load.py                           # 4 sessions
+    HERMES_LOAD_SESSIONS=8 python -m pytest -q -s tests/test_load.py    # more
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+
+from hermes.clips import make_clip
+from hermes.live import StreamSettings
+from tests.test_app import serve, text_of, wait_for
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+SESSIONS = int(os.environ.get("HERMES_LOAD_SESSIONS", "4"))
+# 1 frame a second in chunks of 2, budget below two chunks: every stream compresses as it goes.
+SETTINGS = StreamSettings(budget=500, chunk_frames=2, fps=1.0)
+
+
+@dataclass
+class Result:
+    session: int
+    frames: int  # frames in the session's clip
+    client_first_token_s: float  # question sent -> first answer text received, as the client sees it
+    client_total_s: float  # question sent -> answer complete
+    ttft_ms: float  # server: question start on the model thread -> first token
+    wait_ms: float  # server: question queued -> its turn on the model thread
+    frames_at_question: int
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("load")
+    # Session i streams a clip of 4 + i seconds: 4 + i frames at 1 fps, its own count.
+    return [make_clip(root / f"session{i}.mp4", 4.0 + i, fps=4, size=(160 + 32 * i, 120)) for i in range(SESSIONS)]
+
+
+def run_session(url: str, i: int, clip: Path, ready: threading.Barrier) -> Result:
+    client = Client(url, verbose=False)
+    try:
+        client.predict(handle_file(str(clip)), "2x", api_name="/start_file")
+        assert wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] > 0, 60)
+        question = f"Session {i}: what is on the screen?"
+        ready.wait(60)  # everyone asks at the same moment, with their streams still running
+        sent = time.monotonic()
+        job = client.submit(question, api_name="/ask")
+        first = None
+        for chat, _ in job:
+            if first is None and len(chat) > 1 and chat[-1]["role"] == "assistant":
+                first = time.monotonic() - sent
+        total = time.monotonic() - sent
+        chat = job.outputs()[-1][0]
+        assert [m["role"] for m in chat] == ["user", "assistant"]
+        assert text_of(chat[0]) == question, "another session's question leaked into this chat"
+        assert "TTFT" in text_of(chat[1]) and "⚠️" not in text_of(chat[1])
+
+        frames = 4 + i
+        metrics = wait_for(
+            lambda: (m := client.predict(api_name="/metrics"))["state"] == "finished" and not m["queued_chunks"] and m,
+            60,
+        )
+        assert metrics and metrics["frames_seen"] == frames and metrics["error"] is None
+        [answer] = metrics["answers"]
+        assert answer["question"] == question and answer["frames_seen"] <= frames
+        return Result(i, frames, first or total, total, answer["ttft_ms"], answer["wait_ms"], answer["frames_seen"])
+    finally:
+        client.close()
+
+
+def test_concurrent_sessions_stream_and_ask_at_once(llava_lm, clips):
+    url, demo, registry = serve(llava_lm, SETTINGS, max_streams=SESSIONS)
+    try:
+        ready = threading.Barrier(SESSIONS)
+        start = time.monotonic()
+        with ThreadPoolExecutor(SESSIONS) as pool:
+            futures = [pool.submit(run_session, url, i, clip, ready) for i, clip in enumerate(clips)]
+            results = [f.result(timeout=120) for f in futures]
+        elapsed = time.monotonic() - start
+        assert registry.worker.alive and registry.worker.errors == 0
+    finally:
+        demo.close()
+        registry.shutdown()
+
+    assert sorted(r.frames for r in results) == [4 + i for i in range(SESSIONS)]
+    print(f"\n{SESSIONS} sessions on {llava_lm.source} ({llava_lm.num_layers} layers), {os.cpu_count()} CPU(s):")
+    print("session  frames  first token (client)  answer done (client)  TTFT (server)  wait (server)")
+    for r in results:
+        print(
+            f"{r.session:>7}  {r.frames:>6}  {r.client_first_token_s * 1000:>17.0f} ms  "
+            f"{r.client_total_s * 1000:>17.0f} ms  {r.ttft_ms:>10.1f} ms  {r.wait_ms:>10.1f} ms"
+        )
+
+    def p50_max(values: list[float]) -> str:
+        return f"p50 {statistics.median(values):.0f} ms, max {max(values):.0f} ms"
+
+    print(f"TTFT (server): {p50_max([r.ttft_ms for r in results])}")
+    print(f"wait for the model thread: {p50_max([r.wait_ms for r in results])}")
+    print(f"first token at the client: {p50_max([r.client_first_token_s * 1000 for r in results])}")
+    print(f"answer complete at the client: {p50_max([r.client_total_s * 1000 for r in results])}")
+    print(f"whole run: {elapsed:.1f} s")
