@@ -69,7 +69,6 @@ class AnswerEvent:
 
     @classmethod
     def from_update(cls, policy: str, update: AnswerUpdate, wait_ms: float) -> AnswerEvent:
-        # The engine mutates one AnswerUpdate as it decodes: copy the fields out.
         return cls(
             policy=policy,
             text=update.text,

@@ -17,7 +17,7 @@ import torch
 
 from hermes.cache import ChunkMeta, HermesMemory, MemorySnapshot
 from hermes.config import HermesConfig
-from hermes.guidance import AttentionProbe, guidance_texts
+from hermes.guidance import HISTORY_TOKENS, AttentionProbe, guidance_texts
 from hermes.metrics import memory_reading, now_ms
 from hermes.models.base import VideoLM, cache_view
 from hermes.policies import make_policy
@@ -149,8 +149,10 @@ class StreamingSession:
         prompt: deep layers read the global part's queries, the others the whole hybrid prompt.
         The memory is left untouched."""
         tiers = self.memory.tiers
-        global_text, local_text = guidance_texts(self.last_turn)
-        global_ids = self.lm.encode(self.lm.video_close + global_text)
+        history, global_text, local_text = guidance_texts(self.last_turn)
+        opening = self.lm.encode(self.lm.video_close)
+        history_ids = self.lm.encode(history)[:, :HISTORY_TOKENS]
+        global_ids = torch.cat([opening, history_ids, self.lm.encode(global_text)], dim=-1)
         ids = torch.cat([global_ids, self.lm.encode(" " + local_text)], dim=-1)
         n_global = global_ids.shape[-1]
         layers = range(len(tiers))

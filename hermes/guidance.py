@@ -18,15 +18,19 @@ from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb, repea
 
 # Short on purpose: the guidance pass runs after every chunk past the budget, and its cost grows
 # with the prompt's length (a byte-level tokenizer spends one token per character).
-GLOBAL_PROMPT = "Recall the story so far: main actors, key events, timeline."
-LOCAL_PROMPT = "Look at this scene: objects, fine actions, where things are."
+GLOBAL_PROMPT = "Recall the story: main actors, key events, timeline."
+LOCAL_PROMPT = "This scene: objects, fine actions, where things are."
+# The history (last question and answer) is cut to this many tokens: it carries the user's
+# interest, and an uncapped answer would make every later compression pay for its length.
+HISTORY_TOKENS = 32
 
 
-def guidance_texts(last_turn: tuple[str, str] | None = None) -> tuple[str, str]:
-    """The (global, local) parts of the guidance, prefixed with the last question and answer once
-    there is one. Deep layers read the global part; middle layers the hybrid prompt, global + local."""
-    history = f"Earlier the user asked: {last_turn[0]} The answer was: {last_turn[1]} " if last_turn else ""
-    return history + GLOBAL_PROMPT, LOCAL_PROMPT
+def guidance_texts(last_turn: tuple[str, str] | None = None) -> tuple[str, str, str]:
+    """The (history, global, local) parts of the guidance. History is the last question and
+    answer, once there is one. Deep layers read history + global; middle layers the hybrid
+    prompt, history + global + local."""
+    history = f"Q: {last_turn[0]} A: {last_turn[1]} " if last_turn else ""
+    return history, GLOBAL_PROMPT, LOCAL_PROMPT
 
 
 class _ProbeDone(Exception):

@@ -179,8 +179,8 @@ def test_one_guidance_pass_serves_both_prompts(lm):
     for i in range(3):
         s.ingest(_chunk(i, i))
     combined = s.guidance_attention()
-    global_text, _ = guidance_texts()
-    ids = lm.encode(lm.video_close + global_text)
+    _, global_text, _ = guidance_texts()
+    ids = torch.cat([lm.encode(lm.video_close), lm.encode(global_text)], dim=-1)
     positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
     deep = s.memory.tiers.layers(Tier.LONG_TERM)
     with AttentionProbe(lm.attention_modules(), deep) as probe:
