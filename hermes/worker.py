@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-import importlib
 import itertools
 import logging
 import threading
@@ -203,20 +202,3 @@ def free_cached_memory() -> None:
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
-
-
-# Streams, their settings and the registry live in hermes.live and hermes.registry; importing
-# them from here still works (resolved lazily, because those modules import this one).
-_MOVED = {
-    "hermes.live": ("POLICIES", "SPEEDS", "ChunkRecord", "LiveStream", "LiveView", "StreamSettings", "StreamStatus"),
-    "hermes.answers": ("AnswerEvent", "AnswerRecord", "AnswerTicket"),
-    "hermes.registry": ("StreamRegistry",),
-    "hermes.admission": ("Busy",),
-}
-
-
-def __getattr__(name: str) -> object:
-    for module, names in _MOVED.items():
-        if name in names:
-            return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
