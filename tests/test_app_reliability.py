@@ -6,13 +6,10 @@ faults are injected into one session's engine calls on the server side.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
-import threading
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,6 +24,7 @@ from hermes.admission import cache_bytes_for
 from hermes.clips import make_clip
 from hermes.engine import StreamingSession
 from hermes.live import LiveStream, StreamSettings
+from tests.helpers import hold_answers
 from tests.test_app import serve, text_of, wait_for
 from ui.callbacks import Callbacks
 from ui.layout import ASK_CONCURRENCY, DEFAULT_CONCURRENCY, QUEUE_MAX_SIZE
@@ -251,27 +249,6 @@ def test_out_of_memory_while_answering_is_a_chat_message(app, client, videos, mo
 
 
 # -- stop, reset and close in the middle of things ------------------------------------------
-
-
-@contextlib.contextmanager
-def hold_answers(session: StreamingSession) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Hold `session`'s answers after their first token until the gate opens (at the latest on exit)."""
-    first, gate = threading.Event(), threading.Event()
-    real = session.ask_stream
-
-    def held(question, max_new_tokens):
-        for i, update in enumerate(real(question, max_new_tokens)):
-            yield update
-            if i == 0:
-                first.set()
-                gate.wait(10)
-
-    session.ask_stream = held
-    try:
-        yield first, gate
-    finally:
-        gate.set()  # never leave the model thread waiting, even when the test fails
-        del session.ask_stream
 
 
 def test_reset_in_the_middle_of_an_answer(app, client, videos):

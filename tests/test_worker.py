@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import json
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from hermes.live import LiveStream, StreamSettings
 from hermes.registry import StreamRegistry
 from hermes.video import Chunker, VideoError
 from hermes.worker import JobCancelled, ModelWorker, Priority, is_out_of_memory
+from tests.helpers import hold_answers
 
 SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)
 
@@ -268,30 +267,9 @@ def test_a_failing_answer_reports_an_error_and_the_stream_goes_on(stream, clips,
     assert list(stream.ask("And now?", max_new_tokens=2).events())[-1].done
 
 
-@contextlib.contextmanager
-def gate_answers(session: StreamingSession) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Hold `session`'s answers after their first token until the gate opens (at the latest on exit)."""
-    first, gate = threading.Event(), threading.Event()
-    real = session.ask_stream
-
-    def held(question, max_new_tokens):
-        for i, update in enumerate(real(question, max_new_tokens)):
-            yield update
-            if i == 0:
-                first.set()
-                gate.wait(10)
-
-    session.ask_stream = held
-    try:
-        yield first, gate
-    finally:
-        gate.set()  # never leave the model thread waiting, even when the test fails
-        del session.ask_stream
-
-
 def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
     streamed(stream, clips["short"])
-    with gate_answers(stream._sessions["hermes"]) as (first, gate):
+    with hold_answers(stream._sessions["hermes"]) as (first, gate):
         ticket = stream.ask("What colour is the square?", max_new_tokens=50)
         events = ticket.events()
         assert next(events).text and first.wait(10)
@@ -310,7 +288,7 @@ def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
 def test_stop_in_the_middle_of_an_answer_lets_it_finish(stream, clips):
     stream.start_file(clips["short"], speed="1x")
     assert wait_for(lambda: stream.view().frames_seen > 0, 30)
-    with gate_answers(stream._sessions["hermes"]) as (first, gate):
+    with hold_answers(stream._sessions["hermes"]) as (first, gate):
         ticket = stream.ask("What colour is the square?", max_new_tokens=8)
         assert first.wait(10)
         stream.stop()
