@@ -1,4 +1,4 @@
-"""Answers on their way from the model thread to a viewer: events, tickets and records.
+"""Answers on their way from the model thread to a viewer: events and tickets.
 
 The model thread decodes an answer token by token and puts each update on the question's
 `AnswerTicket`; whoever asked (a Gradio handler, a test) reads them from `events()`. Nothing here
@@ -18,44 +18,14 @@ from hermes.worker import is_out_of_memory
 ANSWER_TIMEOUT_S = 300.0
 
 
-@dataclass(frozen=True)
-class AnswerRecord:
-    """A finished answer of one policy, with its timings."""
-
-    policy: str
-    question: str
-    text: str
-    ttft_ms: float | None
-    tpot_ms: float | None
-    wait_ms: float
-    frames_seen: int
-    frames_in_memory: int
-    tokens: int
-    stream_time_s: float
-
-    @classmethod
-    def from_update(cls, policy: str, update: AnswerUpdate, wait_ms: float) -> AnswerRecord:
-        """The record of a finished engine answer (`update.done`)."""
-        return cls(
-            policy=policy,
-            question=update.question,
-            text=update.text,
-            ttft_ms=update.ttft_ms,
-            tpot_ms=update.tpot_ms,
-            wait_ms=wait_ms,
-            frames_seen=update.frames_seen,
-            frames_in_memory=update.frames_in_memory,
-            tokens=update.tokens,
-            stream_time_s=update.at_s,
-        )
-
-
 @dataclass
 class AnswerEvent:
     """One update of one policy's answer; `error` set (and text empty) when the question failed,
-    `interrupted` (with `done`) when a reset or a closed tab cut the answer short."""
+    `interrupted` (with `done`) when a reset or a closed tab cut the answer short. The last event
+    of a finished answer is also its record in the stream's view."""
 
     policy: str
+    question: str = ""
     text: str = ""
     done: bool = False
     ttft_ms: float | None = None
@@ -64,6 +34,7 @@ class AnswerEvent:
     frames_seen: int = 0
     frames_in_memory: int = 0
     tokens: int = 0
+    stream_time_s: float = 0.0
     error: str | None = None
     interrupted: bool = False
 
@@ -71,6 +42,7 @@ class AnswerEvent:
     def from_update(cls, policy: str, update: AnswerUpdate, wait_ms: float) -> AnswerEvent:
         return cls(
             policy=policy,
+            question=update.question,
             text=update.text,
             done=update.done,
             ttft_ms=update.ttft_ms,
@@ -79,6 +51,7 @@ class AnswerEvent:
             frames_seen=update.frames_seen,
             frames_in_memory=update.frames_in_memory,
             tokens=update.tokens,
+            stream_time_s=update.at_s,
         )
 
 

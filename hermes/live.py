@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from hermes.admission import full_slot_limit
-from hermes.answers import AnswerEvent, AnswerRecord, AnswerTicket, job_error_message, validate_question
+from hermes.answers import AnswerEvent, AnswerTicket, job_error_message, validate_question
 from hermes.cache import MemorySnapshot
 from hermes.config import HermesConfig
 from hermes.engine import MAX_NEW_TOKENS, QuestionError, StreamingSession
@@ -107,7 +107,7 @@ class LiveView:
     chunks: int = 0
     frame_image: np.ndarray | None = None  # the last frame the model consumed, downscaled
     history: tuple[ChunkRecord, ...] = ()
-    answers: tuple[AnswerRecord, ...] = ()
+    answers: tuple[AnswerEvent, ...] = ()
     frames_in_memory: dict[str, int] = field(default_factory=dict)
 
 
@@ -626,7 +626,7 @@ class LiveStream:
 
     def _answer(self, gen: int, ticket: AnswerTicket, max_new_tokens: int) -> None:
         wait_ms = (time.monotonic() - ticket.enqueued_at) * 1000.0
-        records: list[AnswerRecord] = []
+        records: list[AnswerEvent] = []
         try:
             if gen != self._generation:
                 raise QuestionError("The stream was reset before this question's turn: ask again.")
@@ -644,7 +644,7 @@ class LiveStream:
                             return
                         ticket.put(event)
                         if update.done:
-                            records.append(AnswerRecord.from_update(policy, update, wait_ms))
+                            records.append(event)
         except QuestionError as exc:
             ticket.fail(str(exc))
         except Exception as exc:
