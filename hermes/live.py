@@ -458,7 +458,7 @@ class LiveStream:
             webcam, self._webcam = self._webcam, None
             gen = self._generation
         if webcam is not None and flush:
-            tail = webcam.flush(pad_to=self.lm.frame_multiple)
+            tail = webcam.flush()
             if tail is not None:
                 self._submit_chunk(gen, tail)
 
@@ -492,7 +492,7 @@ class LiveStream:
             self._fail(gen, f"Reading {path.name} failed: {exc}")
             return
         if self._flush_on_stop or not stop.is_set():
-            tail = chunker.flush(pad_to=self.lm.frame_multiple)
+            tail = chunker.flush()
             if tail is not None:
                 self._submit_chunk(gen, tail)
 

@@ -54,11 +54,10 @@ def play(
     """
     pending = sorted(items, key=lambda it: (when(it) is None, when(it) or 0.0))
     chunker = Chunker(session.config.chunk_frames)
-    pad = session.lm.frame_multiple
     start = time.monotonic()
 
     def flush() -> Iterator[ChunkReport]:
-        tail = chunker.flush(pad_to=pad)
+        tail = chunker.flush()  # the engine pads a chunk to the model's frame multiple itself
         if tail is not None:
             yield session.ingest(tail)
 
