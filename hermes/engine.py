@@ -96,6 +96,7 @@ class StreamingSession:
         self.chunks: list[ChunkReport] = []
         self.answers: list[AnswerUpdate] = []
         self.last_turn: tuple[str, str] | None = None
+        self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
 
     # -- streaming -----------------------------------------------------------------------
     def ingest(self, chunk: Chunk) -> ChunkReport:
@@ -149,12 +150,7 @@ class StreamingSession:
         prompt: deep layers read the global part's queries, the others the whole hybrid prompt.
         The memory is left untouched."""
         tiers = self.memory.tiers
-        history, global_text, local_text = guidance_texts(self.last_turn)
-        opening = self.lm.encode(self.lm.video_close)
-        history_ids = self.lm.encode(history)[:, :HISTORY_TOKENS]
-        global_ids = torch.cat([opening, history_ids, self.lm.encode(global_text)], dim=-1)
-        ids = torch.cat([global_ids, self.lm.encode(" " + local_text)], dim=-1)
-        n_global = global_ids.shape[-1]
+        ids, n_global = self._guidance_ids()
         layers = range(len(tiers))
         queries = {layer: slice(0, n_global) if tiers[layer] is Tier.LONG_TERM else slice(None) for layer in layers}
         positions = self.memory.next_position + torch.arange(ids.shape[-1])[None]
@@ -162,6 +158,18 @@ class StreamingSession:
             self.lm.forward(cache_view(self.memory.kv()), ids, positions)
         p, s = self.memory.prefix_len, self.memory.slots
         return [probe.weights[layer][p : p + s] for layer in layers]
+
+    def _guidance_ids(self) -> tuple[torch.Tensor, int]:
+        """The guidance prompt's ids and the length of its global part. Tokenized again only when
+        the last question and answer change, not for every chunk."""
+        if self._guidance is None or self._guidance[0] != self.last_turn:
+            history, global_text, local_text = guidance_texts(self.last_turn)
+            opening = self.lm.encode(self.lm.video_close)
+            history_ids = self.lm.encode(history)[:, :HISTORY_TOKENS]
+            global_ids = torch.cat([opening, history_ids, self.lm.encode(global_text)], dim=-1)
+            ids = torch.cat([global_ids, self.lm.encode(" " + local_text)], dim=-1)
+            self._guidance = (self.last_turn, ids, global_ids.shape[-1])
+        return self._guidance[1], self._guidance[2]
 
     # -- answering -------------------------------------------------------------------------
     def check_question(self, question: str) -> str:
