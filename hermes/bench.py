@@ -29,12 +29,12 @@ import numpy as np
 import psutil
 import torch
 
-from hermes.config import HermesConfig
-from hermes.engine import ChunkReport, StreamingSession
-from hermes.metrics import memory_reading
+from hermes.engine.chunk import Chunk
+from hermes.engine.metrics import memory_reading
+from hermes.engine.session import ChunkReport, StreamingSession
+from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
-from hermes.video import Chunk
 
 DEFAULT_MODEL = "tiny"
 DEFAULT_POLICIES = ("hermes", "fifo", "full")
@@ -173,7 +173,7 @@ def synthetic_chunk(rng: np.random.Generator, start: int, n: int, size: int, fps
     """`n` random frames as the chunk that starts at global frame `start`."""
     frames = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
     idx = np.arange(start, start + n)
-    return Chunk(frames, idx / fps, idx, idx, n, index)
+    return Chunk(frames, idx / fps, idx, idx, index)
 
 
 _STATUS = Path("/proc/self/status")

@@ -13,7 +13,7 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HERMES_CACHE"] = tempfile.mkdtemp(prefix="hermes-test-cache-")
 
-from hermes.clips import make_clip
+from hermes.video.clips import make_clip
 
 
 @pytest.fixture(scope="session")

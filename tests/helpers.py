@@ -6,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from hermes.engine import StreamingSession
+from hermes.engine.session import StreamingSession
 
 
 @contextlib.contextmanager

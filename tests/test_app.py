@@ -17,10 +17,10 @@ os.environ.setdefault("GRADIO_HEARTBEAT_INTERVAL", "0.5")
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-from hermes.cache import LayerSnapshot, MemorySnapshot
-from hermes.live import LiveView, StreamSettings
-from hermes.registry import StreamRegistry
-from hermes.tiers import Tier
+from hermes.memory.cache import LayerSnapshot, MemorySnapshot
+from hermes.memory.tiers import Tier
+from hermes.serving.live import LiveView, StreamSettings
+from hermes.serving.registry import StreamRegistry
 from ui import build_app, figures, launch_options
 from ui.layout import MAX_UPLOAD
 

@@ -20,10 +20,10 @@ import torch
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-from hermes.admission import cache_bytes_for
-from hermes.clips import make_clip
-from hermes.engine import StreamingSession
-from hermes.live import LiveStream, StreamSettings
+from hermes.engine.session import StreamingSession
+from hermes.serving.admission import cache_bytes_for
+from hermes.serving.live import LiveStream, StreamSettings
+from hermes.video.clips import make_clip
 from tests.helpers import hold_answers
 from tests.test_app import serve, text_of, wait_for
 from ui.callbacks import Callbacks

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from hermes.cache import SUMMARY_ID, ChunkMeta, HermesMemory, top_k
-from hermes.config import HermesConfig
-from hermes.policies import make_policy
-from hermes.rope import RopeSpec, dense_rank, rotate_keys
-from hermes.tiers import Tier
+from hermes.memory.cache import SUMMARY_ID, ChunkMeta, HermesMemory, top_k
+from hermes.memory.config import HermesConfig
+from hermes.memory.policies import make_policy
+from hermes.memory.rope import RopeSpec, dense_rank, rotate_keys
+from hermes.memory.tiers import Tier
 
 LAYERS, HEADS, HEAD_DIM, PREFIX = 6, 2, 16, 5
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hermes.__main__ import main
+from hermes.cli.main import main
 
 
 @pytest.mark.parametrize("model", ["tiny", "tiny-qwen"])

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from hermes.config import HermesConfig
-from hermes.engine import QuestionError, StreamingSession
-from hermes.guidance import AttentionProbe, guidance_texts
+from hermes.engine.chunk import Chunk
+from hermes.engine.guidance import AttentionProbe, guidance_texts
+from hermes.engine.session import QuestionError, StreamingSession
+from hermes.memory.config import HermesConfig
+from hermes.memory.tiers import Tier
 from hermes.models.base import cache_view
-from hermes.tiers import Tier
-from hermes.video import Chunk
 
 FRAMES = 2  # per chunk: small, and even for Qwen2.5-VL
 
@@ -19,7 +19,7 @@ FRAMES = 2  # per chunk: small, and even for Qwen2.5-VL
 def _chunk(index: int, seed: int, n: int = FRAMES, size: int = 64) -> Chunk:
     frames = np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
     idx = np.arange(index * n, (index + 1) * n)
-    return Chunk(frames, idx.astype(float), idx, idx, n_real=n, chunk_index=index)
+    return Chunk(frames, idx.astype(float), idx, idx, chunk_index=index)
 
 
 def _session(lm, budget: int, policy: str = "hermes", **kw) -> StreamingSession:
@@ -134,10 +134,10 @@ def test_qwen_positions_continue_across_chunks(qwen_lm):
     for i in range(3):
         start = s.memory.next_position
         chunk = _chunk(i, i)
-        inputs = lm.chunk_inputs(chunk.frames, 1.0)
+        inputs = lm.chunk_inputs(chunk.pixels, 1.0)
         proc = lm.processor(
             text=lm.processor.video_token,
-            videos=[list(chunk.frames)],
+            videos=[list(chunk.pixels)],
             video_metadata=[{"fps": 1.0, "total_num_frames": FRAMES}],
             do_sample_frames=False,
             return_tensors="pt",

@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from hermes.cli_extra import add_eval_parser
-from hermes.clips import make_clip
-from hermes.config import HermesConfig
-from hermes.engine import StreamingSession
+from hermes.cli.commands_extra import add_eval_parser
+from hermes.engine.session import StreamingSession
 from hermes.eval import formats
 from hermes.eval.formats import BENCHES, AnnotationError, Item, parse_time
 from hermes.eval.harness import (
@@ -26,7 +24,10 @@ from hermes.eval.harness import (
     run_eval,
     score_options,
 )
-from hermes.video import Chunker, iter_frames
+from hermes.memory.config import HermesConfig
+from hermes.video.chunking import Chunker
+from hermes.video.clips import make_clip
+from hermes.video.decoding import iter_frames
 
 FPS = 1.0  # whole seconds, so that the frames before a question time are easy to count
 CHUNK = 4

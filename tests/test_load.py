@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from gradio_client import Client, handle_file
 
-from hermes.clips import make_clip
-from hermes.live import StreamSettings
+from hermes.serving.live import StreamSettings
+from hermes.video.clips import make_clip
 from tests.test_app import serve, text_of, wait_for
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from hermes.__main__ import main
-from hermes.clips import make_clip
+from hermes.cli.main import main
+from hermes.video.clips import make_clip
 
 SMALL = ["--chunk-frames", "4", "--fps", "1", "--budget", "300", "--max-new-tokens", "2", "--json"]
 

@@ -7,7 +7,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding, apply
 from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLTextConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
 
-from hermes.rope import RopeSpec, compact_positions, dense_rank, rotate_keys
+from hermes.memory.rope import RopeSpec, compact_positions, dense_rank, rotate_keys
 
 HEADS, N = 2, 40
 

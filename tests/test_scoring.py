@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from hermes.scoring import guidance_attention, layer_score, minmax, omega, recency
-from hermes.smoothing import smooth
-from hermes.tiers import Tier, TierMap
+from hermes.memory.scoring import guidance_attention, layer_score, minmax, omega, recency
+from hermes.memory.smoothing import smooth
+from hermes.memory.tiers import Tier, TierMap
 
 
 def test_tier_partition_matches_paper_split():

@@ -12,10 +12,10 @@ import os
 import numpy as np
 import pytest
 
-from hermes.config import HermesConfig
-from hermes.engine import StreamingSession
-from hermes.metrics import process_rss
-from hermes.video import Chunker
+from hermes.engine.metrics import process_rss
+from hermes.engine.session import StreamingSession
+from hermes.memory.config import HermesConfig
+from hermes.video.chunking import Chunker
 
 FRAMES = int(os.environ.get("HERMES_SOAK_FRAMES", "160"))
 CHUNK = 8

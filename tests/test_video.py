@@ -1,4 +1,4 @@
-"""Tests for hermes.video (decoding, sampling, chunking, webcam frames) and hermes.clips.
+"""Tests for hermes.video.decoding (decoding, sampling, chunking, webcam frames) and hermes.video.clips.
 
 Needs ffmpeg on PATH (Debian: apt-get install -y ffmpeg) to make the clips.
 """
@@ -11,16 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hermes import clips
-from hermes.clips import ClipError, make_clip
-from hermes.video import (
-    Chunker,
-    Frame,
+from hermes.video import clips
+from hermes.video.chunking import Chunker
+from hermes.video.clips import ClipError, make_clip
+from hermes.video.decoding import (
     VideoError,
     VideoFile,
-    chunk_stream,
     fit_size,
-    iter_chunks,
     iter_frames,
     letterbox,
     probe,
@@ -169,22 +166,22 @@ def test_large_resolution_is_downscaled(big_clip: Path) -> None:
 def test_one_frame_video(one_frame_clip: Path) -> None:
     frames = list(iter_frames(one_frame_clip, 1.0))
     assert len(frames) == 1 and frames[0].t == 0.0 and frames[0].source_index == 0
-    chunks = list(iter_chunks(one_frame_clip, 0.5, chunk_frames=16, pad_to=2))
-    assert len(chunks) == 1
-    assert chunks[0].num_frames == 2 and chunks[0].n_real == 1 and chunks[0].final
+    chunker = Chunker(16)
+    assert chunker.push(frames[0]) is None
+    chunk = chunker.flush()
+    assert chunk.num_frames == 1 and chunk.frame_ids.tolist() == [0]
 
 
-def test_iter_chunks_from_file(clip5: Path) -> None:
-    chunks = list(iter_chunks(clip5, 1.0, chunk_frames=2, pad_to=2))
-    assert [c.num_frames for c in chunks] == [2, 2, 2]
-    assert [c.n_real for c in chunks] == [2, 2, 1]
-    assert [c.indices.tolist() for c in chunks] == [[0, 1], [2, 3], [4, 4]]
-    assert [c.source_indices.tolist() for c in chunks] == [[0, 10], [20, 30], [40, 40]]
+def test_chunks_from_file(clip5: Path) -> None:
+    chunker = Chunker(2)
+    chunks = [c for f in iter_frames(clip5, 1.0) if (c := chunker.push(f)) is not None]
+    chunks.append(chunker.flush())
+    assert [c.num_frames for c in chunks] == [2, 2, 1]
+    assert [c.frame_ids.tolist() for c in chunks] == [[0, 1], [2, 3], [4]]
+    assert [c.source_ids.tolist() for c in chunks] == [[0, 10], [20, 30], [40]]
     np.testing.assert_allclose(chunks[1].timestamps, [2, 3], atol=1e-3)
-    assert [c.final for c in chunks] == [False, False, True]
     assert [c.chunk_index for c in chunks] == [0, 1, 2]
-    assert chunks[0].frames.shape == (2, 240, 320, 3) and chunks[0].size == (320, 240)
-    assert np.array_equal(chunks[2].frames[0], chunks[2].frames[1])  # padding repeats the last frame
+    assert chunks[0].pixels.shape == (2, 240, 320, 3) and chunks[0].size == (320, 240)
 
 
 # --------------------------------------------------------------------------- errors
@@ -264,48 +261,28 @@ def _solid(h: int, w: int, value: int) -> np.ndarray:
     return np.full((h, w, 3), value, dtype=np.uint8)
 
 
-def test_chunker_sizes_indices_flush_and_pad() -> None:
+def test_chunker_sizes_indices_and_flush() -> None:
     ch = Chunker(3)
     out = [ch.push(_solid(8, 8, i), t=float(i)) for i in range(7)]
     full = [c for c in out if c is not None]
     assert [i for i, c in enumerate(out) if c is not None] == [2, 5]
-    assert [c.indices.tolist() for c in full] == [[0, 1, 2], [3, 4, 5]]
-    assert full[1].frames[:, 0, 0, 0].tolist() == [3, 4, 5]
+    assert [c.frame_ids.tolist() for c in full] == [[0, 1, 2], [3, 4, 5]]
+    assert full[1].pixels[:, 0, 0, 0].tolist() == [3, 4, 5]
     assert ch.pending == 1
 
-    last = ch.flush(pad_to=2)
-    assert last is not None and last.final
-    assert last.num_frames == 2 and last.n_real == 1 and last.n_padded == 1
-    assert last.indices.tolist() == [6, 6]
-    assert last.timestamps.tolist() == [6.0, 6.0]
+    last = ch.flush()
+    assert last is not None and last.num_frames == 1
+    assert last.frame_ids.tolist() == [6]
+    assert last.timestamps.tolist() == [6.0]
     assert last.end == 6.0
     assert ch.flush() is None and ch.pending == 0
 
     # The stream continues after a flush; reset starts over.
     assert ch.push(_solid(8, 8, 9), t=7.0) is None
-    assert ch.flush().indices.tolist() == [7]
+    assert ch.flush().frame_ids.tolist() == [7]
     ch.reset()
     ch.push(_solid(8, 8, 1), t=0.0)
-    assert ch.flush().indices.tolist() == [0]
-
-
-@pytest.mark.parametrize(("n", "pad_to", "expected"), [(5, 4, 8), (4, 4, 4), (3, None, 3), (1, 2, 2), (3, 1, 3)])
-def test_flush_pad_to_multiple(n: int, pad_to: int | None, expected: int) -> None:
-    ch = Chunker(16)
-    for i in range(n):
-        ch.push(_solid(4, 4, i), t=float(i))
-    chunk = ch.flush(pad_to=pad_to)
-    assert chunk.num_frames == expected and chunk.n_real == n
-    assert (chunk.frames[n:] == n - 1).all()
-
-
-def test_chunk_stream_matches_chunker() -> None:
-    frames = [Frame(_solid(6, 10, i), t=i * 0.5, source_index=i * 5) for i in range(5)]
-    chunks = list(chunk_stream(frames, 2, pad_to=2))
-    assert [c.indices.tolist() for c in chunks] == [[0, 1], [2, 3], [4, 4]]
-    assert chunks[1].source_indices.tolist() == [10, 15]
-    assert chunks[1].timestamps.tolist() == [1.0, 1.5]
-    assert chunks[0].size == (10, 6)
+    assert ch.flush().frame_ids.tolist() == [0]
 
 
 def test_webcam_frames_of_varying_kinds_become_one_size() -> None:
@@ -322,16 +299,16 @@ def test_webcam_frames_of_varying_kinds_become_one_size() -> None:
     assert ch.push(gray, t=0.2) is None
     chunk = ch.push(flt, t=0.3)
     assert chunk is not None and ch.size == (640, 480)
-    assert chunk.frames.shape == (4, 480, 640, 3) and chunk.frames.dtype == np.uint8
-    np.testing.assert_allclose(mean_rgb(chunk.frames[0]), [200, 0, 0])
+    assert chunk.pixels.shape == (4, 480, 640, 3) and chunk.pixels.dtype == np.uint8
+    np.testing.assert_allclose(mean_rgb(chunk.pixels[0]), [200, 0, 0])
     # 1280x720 -> 640x360 centred with black bars of 60 rows.
-    np.testing.assert_allclose(mean_rgb(chunk.frames[1][60:420]), [0, 150, 0], atol=0.5)
-    assert chunk.frames[1][:60].max() == 0 and chunk.frames[1][420:].max() == 0
+    np.testing.assert_allclose(mean_rgb(chunk.pixels[1][60:420]), [0, 150, 0], atol=0.5)
+    assert chunk.pixels[1][:60].max() == 0 and chunk.pixels[1][420:].max() == 0
     # 480x640 portrait -> 360x480 centred with black bars of 140 columns.
-    assert (chunk.frames[2][:, 140:500] == 90).all()
-    assert chunk.frames[2][:, :140].max() == 0 and chunk.frames[2][:, 500:].max() == 0
-    assert (chunk.frames[3] == 128).all()  # 0.5 * 255 rounds to 128
-    assert chunk.indices.tolist() == [0, 1, 2, 3]
+    assert (chunk.pixels[2][:, 140:500] == 90).all()
+    assert chunk.pixels[2][:, :140].max() == 0 and chunk.pixels[2][:, 500:].max() == 0
+    assert (chunk.pixels[3] == 128).all()  # 0.5 * 255 rounds to 128
+    assert chunk.frame_ids.tolist() == [0, 1, 2, 3]
 
 
 def test_chunker_first_frame_size_is_capped_or_fixed() -> None:

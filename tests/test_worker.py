@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from hermes.admission import Busy, cache_bytes_for, default_memory_cap, full_slot_limit, prefix_len
-from hermes.config import HermesConfig
-from hermes.engine import MAX_QUESTION_CHARS, QuestionError, StreamingSession
-from hermes.live import LiveStream, StreamSettings
-from hermes.registry import StreamRegistry
-from hermes.video import Chunker, VideoError
-from hermes.worker import JobCancelled, ModelWorker, Priority, is_out_of_memory
+from hermes.engine.session import MAX_QUESTION_CHARS, QuestionError, StreamingSession
+from hermes.memory.config import HermesConfig
+from hermes.serving.admission import Busy, cache_bytes_for, default_memory_cap, full_slot_limit, prefix_len
+from hermes.serving.live import LiveStream, StreamSettings
+from hermes.serving.registry import StreamRegistry
+from hermes.serving.worker import JobCancelled, ModelWorker, Priority, is_out_of_memory
+from hermes.video.chunking import Chunker
+from hermes.video.decoding import VideoError
 from tests.helpers import hold_answers
 
 SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.admission import Busy
-from hermes.answers import AnswerEvent
-from hermes.engine import QuestionError
-from hermes.live import LiveStream, StreamSettings
-from hermes.registry import StreamRegistry
-from hermes.video import VideoError
+from hermes.engine.session import QuestionError
+from hermes.serving.admission import Busy
+from hermes.serving.answers import AnswerEvent
+from hermes.serving.live import LiveStream, StreamSettings
+from hermes.serving.registry import StreamRegistry
+from hermes.video.decoding import VideoError
 from ui import figures
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"

@@ -11,9 +11,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from hermes.cache import LayerSnapshot, MemorySnapshot
-from hermes.live import ChunkRecord, LiveView
-from hermes.tiers import Tier
+from hermes.memory.cache import LayerSnapshot, MemorySnapshot
+from hermes.memory.tiers import Tier
+from hermes.serving.live import ChunkRecord, LiveView
 
 MAX_FRAME_COLUMNS = 64
 MAX_SLOT_POINTS = 160

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.live import POLICIES, SPEEDS, StreamSettings
+from hermes.memory.tiers import Tier, TierMap
 from hermes.models.base import VideoLM
-from hermes.registry import StreamRegistry
-from hermes.tiers import Tier, TierMap
+from hermes.serving.live import POLICIES, SPEEDS, StreamSettings
+from hermes.serving.registry import StreamRegistry
 from ui import figures
 from ui.callbacks import DEFAULT_SAMPLE, SAMPLES, Callbacks
 

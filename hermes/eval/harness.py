@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from hermes.engine import QuestionError, StreamingSession
+from hermes.engine.session import QuestionError, StreamingSession
 from hermes.eval.formats import LETTERS, BenchSpec, Item, Problem
 from hermes.models.base import VideoLM
-from hermes.replay import play
-from hermes.video import VideoError, iter_frames
+from hermes.serving.replay import play
+from hermes.video.decoding import VideoError, iter_frames
 
 ANSWERED, SKIPPED = "answered", "skipped"
 

@@ -16,7 +16,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from hermes.rope import RopeSpec
+from hermes.memory.rope import RopeSpec
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 

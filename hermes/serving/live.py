@@ -2,8 +2,8 @@
 
 A `LiveStream` holds one `StreamingSession` per policy (two in compare mode), all over the one
 read-only model, and the source that feeds them: a file read at a chosen pace by a reader thread,
-or webcam frames. All model work goes to the shared `ModelWorker` (hermes.worker) as jobs, and
-answers come back on tickets (hermes.answers). The UI never touches a session: it reads the
+or webcam frames. All model work goes to the shared `ModelWorker` (hermes.serving.worker) as jobs, and
+answers come back on tickets (hermes.serving.answers). The UI never touches a session: it reads the
 immutable `LiveView` that the worker publishes after each job. No Gradio here, so all of it runs
 (and is tested) headless.
 """
@@ -22,15 +22,17 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from hermes.admission import full_slot_limit
-from hermes.answers import AnswerEvent, AnswerTicket, job_error_message, validate_question
-from hermes.cache import MemorySnapshot
-from hermes.config import HermesConfig
-from hermes.engine import MAX_NEW_TOKENS, QuestionError, StreamingSession
-from hermes.metrics import memory_reading
+from hermes.engine.chunk import Chunk
+from hermes.engine.metrics import memory_reading
+from hermes.engine.session import MAX_NEW_TOKENS, QuestionError, StreamingSession
+from hermes.memory.cache import MemorySnapshot
+from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
-from hermes.video import Chunk, Chunker, VideoError, VideoFile, VideoInfo, probe
-from hermes.worker import JobCancelled, ModelWorker, Priority
+from hermes.serving.admission import full_slot_limit
+from hermes.serving.answers import AnswerEvent, AnswerTicket, job_error_message, validate_question
+from hermes.serving.worker import JobCancelled, ModelWorker, Priority
+from hermes.video.chunking import Chunker
+from hermes.video.decoding import VideoError, VideoFile, VideoInfo, probe
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +284,7 @@ class LiveStream:
             return
         if self.worker.backlog(self.key, Priority.CHUNK) >= MAX_CHUNK_BACKLOG:
             with self._lock:
-                self._dropped += chunk.n_real
+                self._dropped += chunk.num_frames
             return
         self._submit_chunk(gen, chunk)
 
@@ -568,7 +570,7 @@ class LiveStream:
         # Tokens each frame had when prefilled: the denominator of the retained-token map.
         multiple = self.lm.frame_multiple
         prefilled = -(-chunk.num_frames // multiple) * multiple
-        per_frame = np.full(chunk.n_real, report.tokens / prefilled)
+        per_frame = np.full(chunk.num_frames, report.tokens / prefilled)
         record = ChunkRecord(
             at_s=time.monotonic() - self._started,
             frames_seen=report.frames_seen,
@@ -579,7 +581,7 @@ class LiveStream:
             rss_bytes=reading.rss_bytes,
             gpu_allocated_bytes=reading.gpu_allocated_bytes,
         )
-        image = thumbnail(chunk.frames[chunk.n_real - 1])
+        image = thumbnail(chunk.pixels[-1])
         with self._lock:
             if gen != self._generation:
                 return

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hermes.engine import AnswerUpdate, ChunkReport, StreamingSession
-from hermes.video import Chunker, Frame
+from hermes.engine.session import AnswerUpdate, ChunkReport, StreamingSession
+from hermes.video.chunking import Chunker
+from hermes.video.decoding import Frame
 
 T = TypeVar("T")
 

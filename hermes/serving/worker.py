@@ -3,8 +3,8 @@
 One `ModelWorker` thread makes every model call of the app: chunk prefills and compressions,
 building memories, and questions. Questions go ahead of queued chunks, so that a question waits
 for at most the chunk in flight. A job that raises (out of memory included) is reported to its
-owner and the thread carries on with the others. The streams it serves live in `hermes.live`, the
-registry of all viewers' streams with admission control in `hermes.registry`.
+owner and the thread carries on with the others. The streams it serves live in `hermes.serving.live`, the
+registry of all viewers' streams with admission control in `hermes.serving.registry`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hermes.engine import MAX_QUESTION_CHARS, AnswerUpdate, QuestionError
-from hermes.worker import is_out_of_memory
+from hermes.engine.session import MAX_QUESTION_CHARS, AnswerUpdate, QuestionError
+from hermes.serving.worker import is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
 

@@ -1,4 +1,4 @@
-"""Video input for the engine: file decoding (decord), fps sampling, webcam frames, chunking.
+"""Video decoding: files through decord, fps sampling, and webcam frames brought to RGB.
 
 Frames are always uint8 RGB numpy arrays of shape (H, W, 3). Two sources feed the same
 ``Chunker``:
@@ -19,32 +19,12 @@ import math
 import os
 import re
 import threading
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
-
-__all__ = [
-    "DEFAULT_MAX_SIDE",
-    "Chunk",
-    "Chunker",
-    "Frame",
-    "VideoError",
-    "VideoFile",
-    "VideoInfo",
-    "chunk_stream",
-    "fit_size",
-    "iter_chunks",
-    "iter_frames",
-    "letterbox",
-    "probe",
-    "sample_indices",
-    "sample_times",
-    "to_rgb_uint8",
-]
 
 DEFAULT_MAX_SIDE = 768
 # Timestamps from containers are float32-ish (0.1 -> 0.10000000149); compare with slack.
@@ -86,46 +66,6 @@ class VideoInfo:
     @property
     def name(self) -> str:
         return Path(self.path).name
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """A group of frames of one common size, ready for a processor.
-
-    ``frames`` (F, H, W, 3) uint8; ``timestamps`` (F,) seconds; ``indices`` (F,) global
-    frame indices in stream order (0, 1, 2, ... across chunks); ``source_indices`` (F,)
-    file frame numbers (-1 for webcam). The last ``num_frames - n_real`` frames are
-    padding: copies of the last real frame with its timestamp and indices repeated.
-    """
-
-    frames: np.ndarray
-    timestamps: np.ndarray
-    indices: np.ndarray
-    source_indices: np.ndarray
-    n_real: int
-    chunk_index: int
-    final: bool = False
-
-    @property
-    def num_frames(self) -> int:
-        return int(self.frames.shape[0])
-
-    @property
-    def n_padded(self) -> int:
-        return self.num_frames - self.n_real
-
-    @property
-    def size(self) -> tuple[int, int]:
-        """(width, height) of every frame."""
-        return int(self.frames.shape[2]), int(self.frames.shape[1])
-
-    @property
-    def start(self) -> float:
-        return float(self.timestamps[0])
-
-    @property
-    def end(self) -> float:
-        return float(self.timestamps[self.n_real - 1])
 
 
 # --------------------------------------------------------------------------- helpers
@@ -454,177 +394,3 @@ def iter_frames(
     """
     with VideoFile(path, max_side=max_side) as vf:
         yield from vf.frames(fps, start=start, end=end, batch_size=batch_size)
-
-
-# --------------------------------------------------------------------------- chunking
-
-
-class Chunker:
-    """Group frames into chunks of ``chunk_frames`` frames of one common size.
-
-    Size: ``size`` (w, h) if given, else the first frame's size after the ``max_side``
-    downscale. Every later frame of another size is letterboxed into it (aspect kept,
-    black bars), so the number of visual tokens per frame stays fixed for the stream.
-    Global indices count accepted frames 0, 1, 2, ... across chunks and flushes
-    (``reset`` starts over).
-
-    ``fps``: if set, pushed frames are thinned to that rate by timestamp (for webcams
-    that deliver faster than the model samples); dropped frames return None.
-    """
-
-    def __init__(
-        self,
-        chunk_frames: int = 16,
-        *,
-        size: tuple[int, int] | None = None,
-        max_side: int | None = DEFAULT_MAX_SIDE,
-        fps: float | None = None,
-    ) -> None:
-        if chunk_frames < 1:
-            raise ValueError(f"chunk_frames must be >= 1, got {chunk_frames}")
-        if size is not None and (size[0] < 1 or size[1] < 1):
-            raise ValueError(f"size must be positive (w, h), got {size}")
-        if fps is not None and not fps > 0:
-            raise ValueError(f"fps must be > 0 or None, got {fps}")
-        self.chunk_frames = int(chunk_frames)
-        self.max_side = max_side
-        self.fps = fps
-        self._fixed_size = None if size is None else (int(size[0]), int(size[1]))
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget all frames, the size and the clock: the next push starts a new stream."""
-        self.size: tuple[int, int] | None = self._fixed_size
-        self._images: list[np.ndarray] = []
-        self._times: list[float] = []
-        self._sources: list[int] = []
-        self.next_index = 0  # global index of the next accepted frame
-        self.chunks_emitted = 0
-        self.dropped = 0
-        self._t0: float | None = None
-        self._next_due: float | None = None
-
-    @property
-    def pending(self) -> int:
-        """Frames buffered but not yet emitted."""
-        return len(self._images)
-
-    def _accept_time(self, t: float) -> bool:
-        if self.fps is None:
-            return True
-        period = 1.0 / self.fps
-        if self._next_due is None or t >= self._next_due - 0.25 * period:
-            # Advance on a fixed grid to keep the average rate; resync after a gap.
-            due = (t if self._next_due is None else self._next_due) + period
-            self._next_due = due if due > t else t + period
-            return True
-        return False
-
-    def push(
-        self, frame: Frame | np.ndarray | Image.Image, t: float | None = None, source_index: int = -1
-    ) -> Chunk | None:
-        """Add one frame; return a full Chunk when ``chunk_frames`` are buffered, else None.
-
-        ``frame`` is a Frame (its t and source_index are used) or an image array
-        (see ``to_rgb_uint8``). ``t`` defaults to seconds since the first push.
-        """
-        if isinstance(frame, Frame):
-            image, t, source_index = frame.image, frame.t, frame.source_index
-        else:
-            image = frame
-        image = to_rgb_uint8(image)
-        if t is None:
-            now = time.monotonic()
-            if self._t0 is None:
-                self._t0 = now
-            t = now - self._t0
-        if not self._accept_time(float(t)):
-            self.dropped += 1
-            return None
-        if self.size is None:
-            h, w = image.shape[:2]
-            self.size = fit_size(w, h, self.max_side)
-        image = letterbox(image, self.size)
-        self._images.append(image)
-        self._times.append(float(t))
-        self._sources.append(int(source_index))
-        if len(self._images) >= self.chunk_frames:
-            return self._emit(pad_to=None, final=False)
-        return None
-
-    def extend(self, frames: Iterable[Frame | np.ndarray]) -> Iterator[Chunk]:
-        """Push many frames; yield each full chunk as soon as it is complete."""
-        for f in frames:
-            chunk = self.push(f)
-            if chunk is not None:
-                yield chunk
-
-    def flush(self, pad_to: int | None = None) -> Chunk | None:
-        """Emit the buffered partial chunk (None if empty).
-
-        ``pad_to``: repeat the last frame until the frame count is a multiple of it
-        (Qwen2.5-VL needs an even count: pad_to=2). ``Chunk.n_real`` tells how many
-        frames are real.
-        """
-        if pad_to is not None and pad_to < 1:
-            raise ValueError(f"pad_to must be >= 1 or None, got {pad_to}")
-        if not self._images:
-            return None
-        return self._emit(pad_to=pad_to, final=True)
-
-    def _emit(self, pad_to: int | None, final: bool) -> Chunk:
-        n = len(self._images)
-        frames = np.stack(self._images)
-        times = np.asarray(self._times, dtype=np.float64)
-        idx = np.arange(self.next_index, self.next_index + n, dtype=np.int64)
-        src = np.asarray(self._sources, dtype=np.int64)
-        if pad_to and n % pad_to:
-            extra = pad_to - n % pad_to
-            frames = np.concatenate([frames, np.repeat(frames[-1:], extra, axis=0)])
-            times = np.concatenate([times, np.repeat(times[-1:], extra)])
-            idx = np.concatenate([idx, np.repeat(idx[-1:], extra)])
-            src = np.concatenate([src, np.repeat(src[-1:], extra)])
-        chunk = Chunk(
-            frames=frames,
-            timestamps=times,
-            indices=idx,
-            source_indices=src,
-            n_real=n,
-            chunk_index=self.chunks_emitted,
-            final=final,
-        )
-        self.next_index += n
-        self.chunks_emitted += 1
-        self._images, self._times, self._sources = [], [], []
-        return chunk
-
-
-def chunk_stream(
-    frames: Iterable[Frame | np.ndarray],
-    chunk_frames: int = 16,
-    *,
-    pad_to: int | None = None,
-    size: tuple[int, int] | None = None,
-    max_side: int | None = DEFAULT_MAX_SIDE,
-) -> Iterator[Chunk]:
-    """Chunk a whole frame iterable, ending with the flushed (optionally padded) rest."""
-    chunker = Chunker(chunk_frames, size=size, max_side=max_side)
-    yield from chunker.extend(frames)
-    last = chunker.flush(pad_to=pad_to)
-    if last is not None:
-        yield last
-
-
-def iter_chunks(
-    path: str | os.PathLike[str],
-    fps: float | None,
-    chunk_frames: int = 16,
-    *,
-    pad_to: int | None = None,
-    max_side: int | None = DEFAULT_MAX_SIDE,
-    start: float = 0.0,
-    end: float | None = None,
-) -> Iterator[Chunk]:
-    """Decode ``path`` at ``fps`` and yield chunks (the last one flushed with ``pad_to``)."""
-    frames = iter_frames(path, fps, max_side=max_side, start=start, end=end)
-    yield from chunk_stream(frames, chunk_frames, pad_to=pad_to, max_side=max_side)

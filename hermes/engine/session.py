@@ -15,14 +15,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from hermes.cache import ChunkMeta, HermesMemory, MemorySnapshot
-from hermes.config import HermesConfig
-from hermes.guidance import HISTORY_TOKENS, AttentionProbe, guidance_texts
-from hermes.metrics import memory_reading, now_ms
+from hermes.engine.chunk import Chunk
+from hermes.engine.guidance import HISTORY_TOKENS, AttentionProbe, guidance_texts
+from hermes.engine.metrics import memory_reading, now_ms
+from hermes.memory.cache import ChunkMeta, HermesMemory, MemorySnapshot
+from hermes.memory.config import HermesConfig
+from hermes.memory.policies import make_policy
+from hermes.memory.tiers import Tier
 from hermes.models.base import VideoLM, cache_view
-from hermes.policies import make_policy
-from hermes.tiers import Tier
-from hermes.video import Chunk
 
 MAX_QUESTION_CHARS = 1000
 MAX_NEW_TOKENS = 64
@@ -101,13 +101,13 @@ class StreamingSession:
     # -- streaming -----------------------------------------------------------------------
     def ingest(self, chunk: Chunk) -> ChunkReport:
         """Prefill one chunk into the memory, then compress it back to the budget."""
-        frames = chunk.frames
+        frames = chunk.pixels
         multiple = self.lm.frame_multiple
         if len(frames) % multiple:  # Qwen2.5-VL merges frame pairs: repeat the last frame
             frames = np.concatenate([frames, np.repeat(frames[-1:], multiple - len(frames) % multiple, axis=0)])
         inputs = self.lm.chunk_inputs(frames, self.config.fps)
-        indices = np.asarray(chunk.indices)
-        frame_ids = torch.as_tensor(indices[np.minimum(inputs.frames.numpy(), len(indices) - 1)])
+        ids = np.asarray(chunk.frame_ids)
+        frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
 
         t0 = now_ms(device)
@@ -128,7 +128,7 @@ class StreamingSession:
             report = self.memory.compress(self.policy, attention)
         t2 = now_ms(device)
 
-        self.frames_seen += chunk.n_real
+        self.frames_seen += chunk.num_frames
         self.stream_time_s = chunk.end
         out = ChunkReport(
             chunk_index=len(self.chunks),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hermes.tiers import Tier, TierMap
+from hermes.memory.tiers import Tier, TierMap
 
 
 def minmax(x: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from hermes.config import Alignment
+from hermes.memory.config import Alignment
 
 
 def _aligned(deeper: torch.Tensor, deeper_ids: torch.Tensor, ids: torch.Tensor, mode: Alignment) -> torch.Tensor:

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from hermes.config import HermesConfig
-from hermes.scoring import layer_score, recency
-from hermes.smoothing import smooth
-from hermes.tiers import Tier
+from hermes.memory.config import HermesConfig
+from hermes.memory.scoring import layer_score, recency
+from hermes.memory.smoothing import smooth
+from hermes.memory.tiers import Tier
 
 if TYPE_CHECKING:
-    from hermes.cache import HermesMemory
+    from hermes.memory.cache import HermesMemory
 
 
 @dataclass

@@ -16,10 +16,10 @@ from __future__ import annotations
 import threading
 import time
 
-from hermes.admission import MB, Busy, cache_bytes_for, default_memory_cap
-from hermes.live import LiveStream, StreamSettings
 from hermes.models.base import VideoLM
-from hermes.worker import ModelWorker
+from hermes.serving.admission import MB, Busy, cache_bytes_for, default_memory_cap
+from hermes.serving.live import LiveStream, StreamSettings
+from hermes.serving.worker import ModelWorker
 
 
 class StreamRegistry:

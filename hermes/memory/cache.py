@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hermes.config import HermesConfig
-from hermes.rope import RopeSpec, compact_positions, rotate_keys
-from hermes.tiers import Tier, TierMap
+from hermes.memory.config import HermesConfig
+from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
+from hermes.memory.tiers import Tier, TierMap
 
 SUMMARY_ID = -1
 

@@ -10,7 +10,7 @@ summed over the stream's caches (two in compare mode). The `full` policy has no 
 bounds it by the positions the model has left after the question margin (what the engine can hold
 at all), reserves that much, and stops a full stream when its cache reaches the bound.
 
-No Gradio here; `hermes.registry` applies these numbers to the streams of all viewers.
+No Gradio here; `hermes.serving.registry` applies these numbers to the streams of all viewers.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 import psutil
 import torch
 
-from hermes.config import HermesConfig
+from hermes.memory.config import HermesConfig
+from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM
-from hermes.policies import make_policy
 
 if TYPE_CHECKING:
-    from hermes.live import StreamSettings
+    from hermes.serving.live import StreamSettings
 
 MB = 1024 * 1024
 # CPU: at most this much of the cache memory by default, and never more than half the free RAM.

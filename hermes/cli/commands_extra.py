@@ -7,7 +7,7 @@ import json
 import re
 import sys
 
-from hermes.config import HermesConfig
+from hermes.memory.config import HermesConfig
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20}
 _UNITS |= {"g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
@@ -157,7 +157,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate a model on a benchmark's annotation file and print per-task accuracy."""
     from pathlib import Path
 
-    from hermes.engine import StreamingSession
+    from hermes.engine.session import StreamingSession
     from hermes.eval.formats import BENCHES
     from hermes.eval.harness import EvalSettings, render_summary, run_eval
     from hermes.models.loading import load_video_lm

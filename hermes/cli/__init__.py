@@ -1,0 +1,1 @@
+"""The command line: python -m hermes {stream, bench, eval, build-tiny}."""

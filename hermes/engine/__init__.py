@@ -1,0 +1,1 @@
+"""The streaming engine: chunks in, compact memory kept, questions answered from it."""

@@ -1,0 +1,1 @@
+"""The model-free HERMES memory: config, tiers, scoring, smoothing, rope, the cache and its policies."""

@@ -1,0 +1,1 @@
+"""Serving many viewers: stream settings, sources, live streams, the model worker, admission."""

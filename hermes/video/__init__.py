@@ -1,0 +1,1 @@
+"""Video input: decoding files and webcam frames, and grouping them into chunks."""
