@@ -46,6 +46,10 @@ class ChunkReport:
     reindexed: bool
     cache_bytes: int
     video_tokens_per_layer: list[int]
+    # Guidance attention of this chunk's compression, per layer: (stream ids, weights) over the
+    # layer's video slots before eviction, or None where the layer was not probed. Empty when
+    # no compression ran. The UI draws it; the memory does not keep it.
+    attention: tuple[tuple[np.ndarray, np.ndarray] | None, ...] = ()
 
 
 @dataclass
@@ -141,6 +145,12 @@ class StreamingSession:
             reindexed=bool(report and report.reindexed),
             cache_bytes=self.memory.cache_bytes(),
             video_tokens_per_layer=self.memory.video_tokens_per_layer(),
+            attention=tuple(
+                None if layer.attention is None else (layer.attention[0].numpy(), layer.attention[1].numpy())
+                for layer in self.memory.layers
+            )
+            if report
+            else (),
         )
         self.chunks.append(out)
         return out
