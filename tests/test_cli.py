@@ -103,3 +103,9 @@ def test_empty_question_and_bad_ask(clips, capsys):
     args = ["stream", str(clips["short"]), "--model", "tiny", "--chunk-frames", "4", "--fps", "1", "--budget", "300"]
     _expect_error(capsys, [*args, "--ask", "2:   "], "question is empty")
     _expect_error(capsys, [*args, "--ask", "soon:What?"], "SECONDS:QUESTION")
+
+
+def test_bad_memory_options_fail_before_the_model_loads(clips, capsys):
+    # --fps 0 is refused (it used to fall back to the model's rate), and before the model would load.
+    _expect_error(capsys, ["stream", str(clips["short"]), "--model", "nobody/no-such-model", "--fps", "0"], "fps")
+    _expect_error(capsys, ["stream", str(clips["short"]), "--model", "nobody/no-such-model", "--budget", "0"], "budget")

@@ -31,13 +31,14 @@ def _session(args: argparse.Namespace, reindex: str | None = None):
     from hermes.engine.session import StreamingSession
     from hermes.models.loading import DEFAULT_MODEL, load_video_lm
 
-    lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, device=args.device)
-    config = HermesConfig(
+    config = HermesConfig(  # checked before the model loads
         budget=args.budget,
         chunk_frames=args.chunk_frames,
-        fps=args.fps or lm.default_fps,
+        fps=HermesConfig.fps if args.fps is None else args.fps,
         reindex=reindex or args.reindex,
     )
+    lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, device=args.device)
+    config = config.with_(fps=lm.default_fps if args.fps is None else args.fps)
     return StreamingSession(lm, config, policy=args.policy)
 
 
