@@ -12,7 +12,7 @@ import torch
 
 from hermes import bench
 from hermes.bench import BenchResult, BenchSettings, Point, headline, kv_bytes_per_token, prefill_bytes, run_bench
-from hermes.cli.commands_extra import add_bench_parser, parse_bytes, parse_ints
+from hermes.cli.bench import add_bench_parser, parse_bytes, parse_ints
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models import random7b

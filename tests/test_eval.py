@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from hermes.cli.commands_extra import add_eval_parser
+from hermes.cli.eval import add_eval_parser
 from hermes.engine.session import StreamingSession
 from hermes.eval import formats
 from hermes.eval.formats import BENCHES, AnnotationError, Item, parse_time

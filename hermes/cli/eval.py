@@ -1,0 +1,91 @@
+"""`python -m hermes eval`: multiple-choice accuracy on StreamingBench, OVO-Bench, Video-MME or MVBench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hermes.cli.options import add_memory_options, add_run_options, config_from_args, set_threads
+
+# Benchmark prompts carry every option, so they run longer than a chat question.
+EVAL_MAX_QUESTION_CHARS = 8000
+
+
+def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from hermes.eval.formats import BENCHES
+    from hermes.models.loading import DEFAULT_MODEL
+
+    p = sub.add_parser(
+        "eval",
+        help="accuracy on a benchmark's annotation file (StreamingBench, OVO-Bench, Video-MME, MVBench)",
+        description="Stream each video up to each question's time (streaming benchmarks) or to its end (offline "
+        "ones), and score the option letter with the highest first-token log-probability. Results are appended "
+        "per question to --out, so a run resumes where it stopped.",
+    )
+    p.add_argument("--bench", choices=sorted(BENCHES), required=True)
+    p.add_argument(
+        "--annotations",
+        required=True,
+        help="the benchmark's annotation JSON (MVBench: one task file, or the folder of them)",
+    )
+    p.add_argument("--videos", required=True, help="folder the annotations' video paths are relative to")
+    p.add_argument("--out", default=None, help="results, one JSON line per question (default: results-BENCH.jsonl)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions, for a quick look")
+    add_memory_options(
+        p,
+        model_default=DEFAULT_MODEL,
+        reindex_default=None,
+        reindex_help="default as in the paper: lazy for streamingbench and ovobench, eager for videomme and mvbench",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=16, help="generated text per question (0: score only)")
+    add_run_options(p)
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate a model on a benchmark's annotation file and print per-task accuracy."""
+    from pathlib import Path
+
+    from hermes.engine.session import StreamingSession
+    from hermes.eval.formats import BENCHES
+    from hermes.eval.harness import EvalSettings, render_summary, run_eval
+    from hermes.models.loading import load_video_lm
+
+    spec = BENCHES[args.bench]
+    if args.limit is not None and args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    if args.max_new_tokens < 0:
+        raise ValueError("--max-new-tokens must be 0 (score only) or more")
+    if not Path(args.videos).is_dir():
+        raise ValueError(f"--videos {args.videos} is not a folder")
+    items, problems = spec.load(args.annotations)
+    if not items and not problems:
+        raise ValueError(f"{args.annotations} holds no questions")
+    config_from_args(args, default_reindex=spec.reindex)  # checked before the model loads
+    lm = load_video_lm(args.model, device=args.device)
+    set_threads(args.threads, lm.device)
+    config = config_from_args(args, lm.default_fps, default_reindex=spec.reindex)
+    if lm.random_weights:
+        print("note: random weights: answers are noise, accuracy is chance level", file=sys.stderr)
+    out = Path(args.out or f"results-{args.bench}.jsonl")
+    session = StreamingSession(lm, config, policy=args.policy, max_question_chars=EVAL_MAX_QUESTION_CHARS)
+    settings = EvalSettings(max_new_tokens=args.max_new_tokens, limit=args.limit)
+    summary = run_eval(lm, spec, items, problems, session, args.videos, out, settings, progress=not args.no_progress)
+    summary["settings"] = {
+        "bench": args.bench,
+        "model": args.model,
+        "policy": args.policy,
+        "limit": args.limit,
+        **config.to_dict(),
+    }
+    summary_path = out.with_name(out.stem + ".summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2))
+    title = (
+        f"{spec.name}: {args.model}, policy {args.policy}, budget {config.budget}, "
+        f"{config.chunk_frames}-frame chunks at {config.fps:g} fps, {config.reindex} re-indexing"
+    )
+    print(render_summary(summary, title), flush=True)
+    print(f"wrote {out} and {summary_path}", file=sys.stderr)
+    return 0

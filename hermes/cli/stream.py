@@ -1,0 +1,120 @@
+"""`python -m hermes stream`: play a video file as a live stream and answer questions at given times."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args
+
+
+def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("stream", help="stream a video file and answer questions at given times")
+    p.add_argument("video")
+    add_memory_options(p, model_help=f"{MODEL_HELP} (default: $HERMES_MODEL or the LLaVA-OV 0.5B checkpoint)")
+    p.add_argument(
+        "--ask",
+        action="append",
+        default=[],
+        metavar="SECONDS:QUESTION",
+        help="ask QUESTION once the stream reaches SECONDS (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line instead of a transcript")
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="pace against the wall clock (1 = real time); default: as fast as the model goes",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.set_defaults(func=cmd_stream)
+    return p
+
+
+def _session(args: argparse.Namespace):
+    import os
+
+    from hermes.engine.session import StreamingSession
+    from hermes.models.loading import DEFAULT_MODEL, load_video_lm
+
+    config_from_args(args)  # checked before the model loads
+    lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, device=args.device)
+    return StreamingSession(lm, config_from_args(args, lm.default_fps), policy=args.policy)
+
+
+def _answer_json(event) -> str:
+    return json.dumps(
+        {
+            "event": "answer",
+            "at_s": event.at_s,
+            "question": event.question,
+            "text": event.text,
+            "ttft_ms": event.ttft_ms,
+            "tpot_ms": event.tpot_ms,
+            "frames_seen": event.frames_seen,
+            "frames_in_memory": event.frames_in_memory,
+            "tokens": event.tokens,
+            "top_logprobs": [[t, lp] for t, lp in event.top_logprobs],
+        }
+    )
+
+
+def _chunk_json(event) -> str:
+    return json.dumps(
+        {
+            "event": "chunk",
+            "chunk": event.chunk_index,
+            "frames_seen": event.frames_seen,
+            "stream_time_s": event.stream_time_s,
+            "tokens": event.tokens,
+            "video_tokens_per_layer": event.video_tokens_per_layer,
+            "cache_bytes": event.cache_bytes,
+            "prefill_ms": event.prefill_ms,
+            "compress_ms": event.compress_ms,
+            "evicted": event.evicted,
+        }
+    )
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from hermes.engine.session import AnswerUpdate
+    from hermes.serving.replay import parse_ask, replay
+    from hermes.video.decoding import iter_frames, probe
+
+    questions = [parse_ask(a) for a in args.ask]
+    info = probe(args.video)
+    session = _session(args)
+    fps = session.config.fps
+    if session.lm.random_weights and not args.json:
+        print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
+    bar = tqdm(total=max(1, int(info.duration * fps) + 1), unit="frame", disable=args.json, file=sys.stderr)
+    shown = 0
+    for event in replay(
+        session, iter_frames(args.video, fps), questions, speed=args.speed, max_new_tokens=args.max_new_tokens
+    ):
+        if not isinstance(event, AnswerUpdate):
+            bar.update(event.frames_seen - bar.n)
+            if args.json:
+                print(_chunk_json(event), flush=True)
+        elif args.json:
+            if event.done:
+                print(_answer_json(event), flush=True)
+        else:
+            if shown == 0:
+                bar.clear()
+                print(f"\n[{event.at_s:6.1f}s] Q: {event.question}\n         A: ", end="", flush=True)
+            print(event.text[shown:], end="", flush=True)
+            shown = len(event.text)
+            if event.done:
+                tpot = f"{event.tpot_ms:.1f} ms" if event.tpot_ms else "-"
+                print(
+                    f"\n         (TTFT {event.ttft_ms:.1f} ms, TPOT {tpot}, {event.frames_in_memory} of "
+                    f"{event.frames_seen} frames in memory)",
+                    flush=True,
+                )
+                shown = 0
+    bar.close()
+    return 0
