@@ -390,6 +390,9 @@ def test_eval_cli(llava_lm, videos: Path, tmp_path: Path, capsys: pytest.Capture
     )
     with pytest.raises(ValueError, match="--limit"):
         videomme_args.func(videomme_args)
+    threads_args = parser.parse_args([*argv, "--threads", "-1"])
+    with pytest.raises(ValueError, match="--threads"):  # it used to be ignored
+        threads_args.func(threads_args)
 
 
 def test_qwen_streams_pairs_and_long_prompts_are_skipped(qwen_lm, videos: Path, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 
-from hermes.cli.options import add_memory_options, add_run_options, config_from_args, set_threads
+from hermes.cli.options import add_memory_options, add_run_options, check_run_options, config_from_args, set_threads
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20}
 _UNITS |= {"g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
@@ -99,8 +99,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         write_json,
     )
 
-    if args.threads is not None and args.threads < 0:
-        raise ValueError("--threads must be 0 (torch's default) or more")
+    check_run_options(args)
     # Every option is checked before the model loads, which takes minutes for the 7B ones.
     settings = BenchSettings(
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from hermes.cli.options import add_memory_options, add_run_options, config_from_args, set_threads
+from hermes.cli.options import add_memory_options, add_run_options, check_run_options, config_from_args, set_threads
 
 # Benchmark prompts carry every option, so they run longer than a chat question.
 EVAL_MAX_QUESTION_CHARS = 8000
@@ -54,6 +54,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from hermes.models.loading import load_video_lm
 
     spec = BENCHES[args.bench]
+    check_run_options(args)
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be at least 1")
     if args.max_new_tokens < 0:

@@ -62,6 +62,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def check_run_options(args: argparse.Namespace) -> None:
+    """Refuse a negative --threads before the model loads (torch would silently keep its own count)."""
+    if args.threads is not None and args.threads < 0:
+        raise ValueError("--threads must be 0 (torch's default) or more")
+
+
 def set_threads(threads: int | None, device: torch.device) -> None:
     """Apply --threads for the device the model landed on."""
     import torch
