@@ -36,7 +36,7 @@ from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
 
-DEFAULT_MODEL = "tiny"
+DEFAULT_BENCH_MODEL = "tiny"
 DEFAULT_POLICIES = ("hermes", "fifo", "full")
 DEFAULT_FRAMES = (16, 64, 256, 512, 1024)
 DEFAULT_REPEATS = 5  # x 3 questions: 15 samples per point, so that the median shrugs off a noisy neighbour

@@ -41,7 +41,13 @@ def parse_ints(text: str, option: str) -> tuple[int, ...]:
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from hermes.bench import DEFAULT_FRAMES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL, DEFAULT_POLICIES, DEFAULT_REPEATS
+    from hermes.bench import (
+        DEFAULT_BENCH_MODEL,
+        DEFAULT_FRAMES,
+        DEFAULT_MAX_NEW_TOKENS,
+        DEFAULT_POLICIES,
+        DEFAULT_REPEATS,
+    )
 
     p = sub.add_parser(
         "bench",
@@ -51,7 +57,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     )
     add_memory_options(
         p,
-        model_default=DEFAULT_MODEL,
+        model_default=DEFAULT_BENCH_MODEL,
         model_help="'tiny', 'tiny-qwen', a checkpoint, or the random-weight 7B architectures "
         "'llava-ov-7b-random' / 'qwen2.5-vl-7b-random' (GPU) (default: %(default)s)",
         policy=False,
