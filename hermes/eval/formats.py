@@ -1,4 +1,4 @@
-"""Readers for the benchmark annotation files of DESIGN.md section 7, into one question type.
+"""Readers for the benchmark annotation files, into one question type.
 
 Each reader returns the questions it could parse and the entries it could not (with the reason),
 so that a malformed entry is reported and counted, never fatal. Options are stored without their
