@@ -482,10 +482,6 @@ class LiveStream:
                         self._frames_read += 1
                     if chunk is not None and not self._enqueue_paced(gen, chunk, stop):
                         break
-                else:
-                    with self._lock:
-                        if self._generation == gen and self._state in ("streaming", "paused"):
-                            self._state = "finished"
         except VideoError as exc:
             self._fail(gen, str(exc))
             return
@@ -497,6 +493,10 @@ class LiveStream:
             tail = chunker.flush()
             if tail is not None:
                 self._submit_chunk(gen, tail)
+        # Only now, with the last chunk queued: "finished" with nothing queued means done.
+        with self._lock:
+            if not stop.is_set() and self._generation == gen and self._state in ("streaming", "paused"):
+                self._state = "finished"
 
     def _wait(self, until: float, stop: threading.Event) -> bool:
         """Sleep until the monotonic time `until`, longer while paused; False once stopped."""
