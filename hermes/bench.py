@@ -35,6 +35,7 @@ from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
+from hermes.serving.admission import default_memory_cap
 
 DEFAULT_BENCH_MODEL = "tiny"
 DEFAULT_POLICIES = ("hermes", "fifo", "full")
@@ -125,7 +126,7 @@ class BenchSettings:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     questions: tuple[str, ...] = QUESTIONS
     frame_size: int = FRAME_SIZE
-    memory_cap: int | None = None  # bytes; None: chosen from the device
+    memory_cap: int | None = None  # bytes; None: the server's cap for the device (default_memory_cap)
     full_max_frames: int | None = None  # None: no limit
     seed: int = 0
 
@@ -158,15 +159,6 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         return {"meta": self.meta, "points": [p.summary() for p in self.points], "headline": headline(self)}
-
-
-def default_memory_cap(device: torch.device) -> int:
-    """Bytes the cache and one prefill may take on top of the loaded model: 90% of the free GPU
-    memory, or half of the available RAM on a CPU."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(0.9 * free)
-    return int(0.5 * psutil.virtual_memory().available)
 
 
 def synthetic_chunk(rng: np.random.Generator, start: int, n: int, size: int, fps: float, index: int) -> Chunk:

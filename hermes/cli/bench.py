@@ -76,7 +76,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         "--memory-cap",
         default="auto",
         help="bytes the cache and one chunk's prefill may take on top of the model before full stops as "
-        "'out of memory' (e.g. 8GB; auto: 90%% of free GPU memory, or half the available RAM on a CPU)",
+        "'out of memory' (e.g. 8GB; auto: the app's cache cap: $HERMES_MEMORY_CAP_MB, else the free GPU memory "
+        "less 10%% of the card (at least 2 GiB), or on a CPU 4 GiB or half the available RAM if less)",
     )
     p.add_argument(
         "--full-max-frames",
