@@ -3,10 +3,12 @@
 import pytest
 import torch
 
-from hermes.memory.cache import SUMMARY_ID, ChunkMeta, HermesMemory, top_k
+from hermes.memory.cache import SUMMARY_ID, ChunkMeta, HermesCache
+from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
+from hermes.memory.policies import LayerInputs, make_policy
 from hermes.memory.rope import RopeSpec, dense_rank, rotate_keys
+from hermes.memory.selection import top_k
 from hermes.memory.tiers import Tier
 
 LAYERS, HEADS, HEAD_DIM, PREFIX = 6, 2, 16, 5
@@ -18,14 +20,19 @@ class Stream:
     def __init__(self, config: HermesConfig, policy: str = "hermes", axes: int = 1, seed: int = 0):
         section = (2, 3, 3) if axes == 3 else None
         self.spec = RopeSpec.from_config(HEAD_DIM, 10000.0, section)
-        self.memory = HermesMemory(LAYERS, self.spec, config)
         self.policy = make_policy(policy, config)
+        self.memory = HermesCache(LAYERS, self.spec, config, self.policy.capacity)
         self.gen = torch.Generator().manual_seed(seed)
         self.keys: dict[int, torch.Tensor] = {}  # (layer, stream id) -> key at original position
         self.values: dict[int, torch.Tensor] = {}
         self.orig_pos: dict[int, torch.Tensor] = {}
-        self.memory.set_prefix(*self._kv(PREFIX))
+        self._write(*self._kv(PREFIX))
+        self.memory.commit_prefix()
         self.frame = 0
+
+    def _write(self, ks, vs):
+        for layer, k, v in zip(self.memory.layers, ks, vs, strict=True):
+            layer.update(k, v)
 
     def _kv(self, n):
         ks = [torch.randn(1, HEADS, n, HEAD_DIM, generator=self.gen) for _ in range(LAYERS)]
@@ -35,8 +42,8 @@ class Stream:
     def attention(self):
         return [torch.rand(self.memory.slots, generator=self.gen) for _ in range(LAYERS)]
 
-    def chunk(self, n: int, frames: int = 2, compress: bool = True):
-        start = self.memory.reserve(n)
+    def chunk(self, n: int, frames: int = 2, do_compress: bool = True):
+        start = self.memory.start_position(n)
         axes = self.spec.axes
         if axes == 1:
             pos = (start + torch.arange(n))[None]
@@ -54,14 +61,28 @@ class Stream:
                 self.keys[layer, first + i] = ks[layer][0, :, i]
                 self.values[layer, first + i] = vs[layer][0, :, i]
             self.orig_pos[first + i] = pos[:, i]
-        self.memory.append(ks, vs, meta)
-        if not compress:
+        self._write(ks, vs)
+        self.memory.commit(meta)
+        if not do_compress:
             return None, None
-        att = self.attention() if self.policy.needs_guidance else None
+        att = self.attention() if self.policy.needs_guidance(self.memory.tiers) else None
         expected = None
-        if self.policy.capacity() is not None and self.memory.slots > self.policy.capacity():
-            expected = self.policy.score(self.memory, att)
-        return self.memory.compress(self.policy, att), expected
+        if self.policy.capacity is not None and self.memory.slots > self.policy.capacity:
+            expected = self.expected_scores(att)
+        return compress(self.memory, self.policy, att), expected
+
+    def expected_scores(self, att):
+        """Score, then smooth, straight from the policy's parts."""
+        tiers, layers = self.memory.tiers, self.memory.layers
+        raw = [
+            self.policy.scorer.score(
+                LayerInputs(i, tiers, layer.video_ids.numel(), None if att is None else att[i][layer.video_offset :])
+            )
+            for i, layer in enumerate(layers)
+        ]
+        if self.policy.smoothing is None:
+            return raw
+        return self.policy.smoothing(raw, [layer.video_ids for layer in layers], tiers)
 
 
 def _expected_keep(scores, ids, k):
@@ -79,7 +100,7 @@ def test_top_k_ties_go_to_newer_and_stream_order():
 def test_eviction_sizes_order_and_topk(summary):
     budget = 12
     s = Stream(HermesConfig(budget=budget, summary=summary))
-    capacity = s.policy.capacity()
+    capacity = s.policy.capacity
     assert capacity == budget + (0 if summary == "none" else 1)
     for step in range(9):
         before = [layer.video_ids.clone() for layer in s.memory.layers]
@@ -92,7 +113,7 @@ def test_eviction_sizes_order_and_topk(summary):
         for i, layer in enumerate(s.memory.layers):
             ids = layer.video_ids
             assert torch.all(ids[1:] > ids[:-1]), "kept tokens must stay in stream order"
-            with_summary = s.policy.summarises(s.memory.tiers[i])
+            with_summary = s.policy.selection.summarises(s.memory.tiers[i])
             assert layer.has_summary == with_summary
             k = capacity - (1 if with_summary else 0)
             pre_ids = torch.cat([before[i], torch.arange(s.memory.tokens_seen - 7, s.memory.tokens_seen)])
@@ -163,7 +184,7 @@ def test_lazy_reindex_waits_for_the_limit():
             original = [int(s.orig_pos[t][0]) for t in layer.video_ids.tolist()]
             assert layer.positions[0, layer.video_offset :].tolist() == original
     assert s.memory.tokens_seen > 40  # evictions left gaps and positions ran far past the budget
-    start = s.memory.reserve(5)
+    start = s.memory.start_position(5)
     assert s.memory.compactions == 1
     for layer in s.memory.layers:
         assert layer.positions[0].tolist() == list(range(p, p + s.memory.slots))
@@ -219,4 +240,4 @@ def test_unknown_policy_and_snapshot():
     assert deep.stream_ids[0] == SUMMARY_ID and deep.frames[0] == -1
     assert deep.positions.shape == (1, 7)
     assert snap.cache_bytes == s.memory.cache_bytes()
-    assert deep.attention is not None
+    assert snap.frames_in_memory() == len({f for layer in snap.layers for f in layer.frames.tolist() if f >= 0})

@@ -11,7 +11,6 @@ from hermes.engine.guidance import AttentionProbe, guidance_texts
 from hermes.engine.session import QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.memory.tiers import Tier
-from hermes.models.base import cache_view
 
 FRAMES = 2  # per chunk: small, and even for Qwen2.5-VL
 
@@ -27,6 +26,7 @@ def _session(lm, budget: int, policy: str = "hermes", **kw) -> StreamingSession:
 
 
 def _kv_clone(session):
+    assert session.memory.get_seq_length() == session.memory.prefix_len + session.memory.slots
     return [(k.clone(), v.clone()) for k, v in session.memory.kv()]
 
 
@@ -74,17 +74,17 @@ def test_guidance_attention_matches_eager_and_leaves_cache(lm):
     ids = lm.question_ids("Where is the red ball?")
     positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
     layers = range(lm.num_layers)
-    with AttentionProbe(lm.attention_modules(), layers) as probe:
-        lm.forward(cache_view(s.memory.kv()), ids, positions)
+    with s.memory.scratch(), AttentionProbe(lm.attention_modules(), layers) as probe:
+        lm.forward(s.memory, ids, positions)
     _assert_kv_equal(before, s)
     implementation = lm.model.config._attn_implementation
     try:
         lm.model.set_attn_implementation("eager")
-        with torch.inference_mode():
+        with torch.inference_mode(), s.memory.scratch():
             out = lm.model(
                 input_ids=ids,
                 position_ids=lm.position_ids(positions),
-                cache=cache_view(s.memory.kv()),
+                cache=s.memory,
                 use_cache=True,
                 output_attentions=True,
             )
@@ -183,14 +183,14 @@ def test_one_guidance_pass_serves_both_prompts(lm):
     ids = torch.cat([lm.encode(lm.video_close), lm.encode(global_text)], dim=-1)
     positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
     deep = s.memory.tiers.layers(Tier.LONG_TERM)
-    with AttentionProbe(lm.attention_modules(), deep) as probe:
-        lm.forward(cache_view(s.memory.kv()), ids, positions)
+    with s.memory.scratch(), AttentionProbe(lm.attention_modules(), deep) as probe:
+        lm.forward(s.memory, ids, positions)
     p = s.memory.prefix_len
     for layer in deep:
         alone = probe.weights[layer][p : p + s.memory.slots]
         assert (combined[layer] - alone).abs().max().item() < 1e-6
     # Middle layers average over the whole hybrid prompt, which differs from the global part alone.
     middle = s.memory.tiers.layers(Tier.WORKING)[0]
-    with AttentionProbe(lm.attention_modules(), [middle]) as probe:
-        lm.forward(cache_view(s.memory.kv()), ids, positions)
+    with s.memory.scratch(), AttentionProbe(lm.attention_modules(), [middle]) as probe:
+        lm.forward(s.memory, ids, positions)
     assert (combined[middle] - probe.weights[middle][p : p + s.memory.slots]).abs().max().item() > 1e-6

@@ -18,18 +18,35 @@ import torch
 from hermes.engine.chunk import Chunk
 from hermes.engine.guidance import HISTORY_TOKENS, AttentionProbe, guidance_texts
 from hermes.engine.metrics import memory_reading, now_ms
-from hermes.memory.cache import ChunkMeta, HermesMemory, MemorySnapshot
+from hermes.memory.cache import ChunkMeta, HermesCache
+from hermes.memory.compression import AttentionRecord, compress
 from hermes.memory.config import HermesConfig
 from hermes.memory.policies import make_policy
-from hermes.memory.tiers import Tier
-from hermes.models.base import VideoLM, cache_view
+from hermes.memory.snapshot import MemorySnapshot
+from hermes.models.base import VideoLM
 
 MAX_QUESTION_CHARS = 1000
 MAX_NEW_TOKENS = 64
+# Scratch room kept after the memory for a question and its answer, so that asking allocates
+# nothing in the common case (a longer one grows the storage once).
+QUESTION_MARGIN = 256
 
 
 class QuestionError(ValueError):
     """A question the engine will not take (empty, or too long), with the reason."""
+
+
+def validate_question(question: str | None, max_chars: int = MAX_QUESTION_CHARS) -> str:
+    """The question, stripped; QuestionError if it is empty or longer than `max_chars`."""
+    q = (question or "").strip()
+    if not q:
+        raise QuestionError("The question is empty: type something to ask about the video.")
+    if len(q) > max_chars:
+        raise QuestionError(
+            f"The question is {len(q):,} characters long; the limit is {max_chars:,}, "
+            "so that it fits in the positions reserved after the video memory."
+        )
+    return q
 
 
 @dataclass
@@ -49,7 +66,7 @@ class ChunkReport:
     # Guidance attention of this chunk's compression, per layer: (stream ids, weights) over the
     # layer's video slots before eviction, or None where the layer was not probed. Empty when
     # no compression ran. The UI draws it; the memory does not keep it.
-    attention: tuple[tuple[np.ndarray, np.ndarray] | None, ...] = ()
+    attention: tuple[AttentionRecord | None, ...] = ()
 
 
 @dataclass
@@ -90,11 +107,10 @@ class StreamingSession:
     # -- lifecycle ----------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the stream: a fresh memory holding only the text prefix."""
-        self.memory = HermesMemory(self.lm.num_layers, self.lm.rope_spec(), self.config)
+        self.memory = HermesCache(self.lm.num_layers, self.lm.rope_spec(), self.config, self.policy.capacity)
         ids = self.lm.prefix_ids()
-        cache = cache_view([])
-        self.lm.forward(cache, ids, torch.arange(ids.shape[-1])[None])
-        self.memory.set_prefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
+        self.lm.forward(self.memory, ids, torch.arange(ids.shape[-1])[None])
+        self.memory.commit_prefix()
         self.frames_seen = 0
         self.stream_time_s = 0.0
         self.chunks: list[ChunkReport] = []
@@ -115,21 +131,19 @@ class StreamingSession:
         device = self.lm.device
 
         t0 = now_ms(device)
-        start = self.memory.reserve(inputs.num_tokens)
+        self.memory.discard()  # a chunk follows the memory alone, never a reader's leftovers
+        compactions = self.memory.compactions
+        start = self.memory.start_position(inputs.num_tokens)  # a lazy compaction may run here
+        t_lazy = now_ms(device)
         positions = inputs.rel_positions + start
-        cache = cache_view(self.memory.kv())
-        self.lm.forward(cache, inputs.input_ids, positions, **inputs.model_kwargs)
-        self.memory.absorb(
-            [layer.keys for layer in cache.layers],
-            [layer.values for layer in cache.layers],
-            ChunkMeta(frames=frame_ids, positions=positions),
-        )
+        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN)
+        self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
+        self.memory.commit(ChunkMeta(frames=frame_ids, positions=positions))
         t1 = now_ms(device)
         report = None
-        capacity = self.policy.capacity()
+        capacity = self.policy.capacity
         if capacity is not None and self.memory.slots > capacity:
-            attention = self.guidance_attention() if self.policy.needs_guidance else None
-            report = self.memory.compress(self.policy, attention)
+            report = compress(self.memory, self.policy, self.guidance_attention())
         t2 = now_ms(device)
 
         self.frames_seen += chunk.num_frames
@@ -139,35 +153,37 @@ class StreamingSession:
             frames_seen=self.frames_seen,
             stream_time_s=self.stream_time_s,
             tokens=inputs.num_tokens,
-            prefill_ms=t1 - t0,
-            compress_ms=t2 - t1,
+            prefill_ms=t1 - t_lazy,
+            compress_ms=(t2 - t1) + (t_lazy - t0),
             evicted=sum(report.evicted) if report else 0,
-            reindexed=bool(report and report.reindexed),
+            reindexed=self.memory.compactions > compactions,
             cache_bytes=self.memory.cache_bytes(),
             video_tokens_per_layer=self.memory.video_tokens_per_layer(),
-            attention=tuple(
-                None if layer.attention is None else (layer.attention[0].numpy(), layer.attention[1].numpy())
-                for layer in self.memory.layers
-            )
-            if report
-            else (),
+            attention=report.attention if report else (),
         )
         self.chunks.append(out)
         return out
 
-    def guidance_attention(self) -> list[torch.Tensor | None]:
-        """W per layer over its slots after the prefix, from one forward pass over the guidance
-        prompt: deep layers read the global part's queries, the others the whole hybrid prompt.
-        The memory is left untouched."""
+    def guidance_attention(self) -> list[torch.Tensor | None] | None:
+        """W per layer over its slots after the prefix, for the layers the policy probes, from one
+        forward pass over the guidance prompt: a layer that reads the global query takes the
+        global part's queries, one that reads the hybrid query the whole prompt. None when the
+        policy needs no guidance. The memory is left untouched."""
         tiers = self.memory.tiers
+        wanted = {layer: self.policy.guidance(tier) for layer, tier in enumerate(tiers.tiers)}
+        layers = [layer for layer, query in wanted.items() if query is not None]
+        if not layers:
+            return None
         ids, n_global = self._guidance_ids()
-        layers = range(len(tiers))
-        queries = {layer: slice(0, n_global) if tiers[layer] is Tier.LONG_TERM else slice(None) for layer in layers}
+        queries = {layer: slice(0, n_global) if wanted[layer] == "global" else slice(None) for layer in layers}
         positions = self.memory.next_position + torch.arange(ids.shape[-1])[None]
-        with AttentionProbe(self.lm.attention_modules(), layers, queries, stop_early=True) as probe:
-            self.lm.forward(cache_view(self.memory.kv()), ids, positions)
+        with (
+            self.memory.scratch(),
+            AttentionProbe(self.lm.attention_modules(), layers, queries, stop_early=True) as probe,
+        ):
+            self.lm.forward(self.memory, ids, positions)
         p, s = self.memory.prefix_len, self.memory.slots
-        return [probe.weights[layer][p : p + s] for layer in layers]
+        return [probe.weights[layer][p : p + s] if layer in probe.weights else None for layer in range(len(tiers))]
 
     def _guidance_ids(self) -> tuple[torch.Tensor, int]:
         """The guidance prompt's ids and the length of its global part. Tokenized again only when
@@ -184,54 +200,48 @@ class StreamingSession:
     # -- answering -------------------------------------------------------------------------
     def check_question(self, question: str) -> str:
         """The question, stripped; QuestionError if it is empty or too long."""
-        q = (question or "").strip()
         if self.frames_seen == 0:
             raise QuestionError("No video yet: start a stream first, then ask about what it shows.")
-        if not q:
-            raise QuestionError("The question is empty: type something to ask about the video.")
-        if len(q) > self.max_question_chars:
-            raise QuestionError(
-                f"The question is {len(q):,} characters long; the limit is {self.max_question_chars:,}, "
-                "so that it fits in the positions reserved after the video memory."
-            )
-        return q
+        return validate_question(question, self.max_question_chars)
 
     @torch.inference_mode()
     def ask_stream(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> Iterator[AnswerUpdate]:
         """Answer from the memory as it is now, streaming the text token by token.
 
         TTFT runs from this call to the first decoded token. The memory is not changed: the
-        question and answer go into a throwaway view of the cache.
+        question and answer are scratch tokens of the cache, dropped at the end.
         """
         q = self.check_question(question)
         device = self.lm.device
         t0 = now_ms(device)
-        cache = cache_view(self.memory.kv())
-        logp, pos = self._read_question(q, cache)
-        top = torch.topk(logp, 5)
-        top5 = [(self.lm.tokenizer.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)]
-        token = int(top.indices[0])
-        t_first = now_ms(device)
-        update = AnswerUpdate(
-            question=q,
-            text="",
-            ttft_ms=t_first - t0,
-            top_logprobs=top5,
-            frames_seen=self.frames_seen,
-            frames_in_memory=self.frames_in_memory(),
-            at_s=self.stream_time_s,
-        )
-        generated: list[int] = []
-        eos = self.lm.eos_token_ids
-        while token not in eos and len(generated) < max_new_tokens:
-            generated.append(token)
-            update.text, update.tokens = self.lm.decode(generated), len(generated)
-            yield replace(update)
-            if len(generated) == max_new_tokens:
-                break
-            logits = self.lm.forward(cache, torch.tensor([[token]], device=device), torch.tensor([[pos]]))
-            pos += 1
-            token = int(logits[0, -1].argmax())
+        with self.memory.scratch():
+            logp, pos = self._read_question(q)
+            top = torch.topk(logp, 5)
+            top5 = [
+                (self.lm.tokenizer.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)
+            ]
+            token = int(top.indices[0])
+            t_first = now_ms(device)
+            update = AnswerUpdate(
+                question=q,
+                text="",
+                ttft_ms=t_first - t0,
+                top_logprobs=top5,
+                frames_seen=self.frames_seen,
+                frames_in_memory=self.frames_in_memory(),
+                at_s=self.stream_time_s,
+            )
+            generated: list[int] = []
+            eos = self.lm.eos_token_ids
+            while token not in eos and len(generated) < max_new_tokens:
+                generated.append(token)
+                update.text, update.tokens = self.lm.decode(generated), len(generated)
+                yield replace(update)
+                if len(generated) == max_new_tokens:
+                    break
+                logits = self.lm.forward(self.memory, torch.tensor([[token]], device=device), torch.tensor([[pos]]))
+                pos += 1
+                token = int(logits[0, -1].argmax())
         t_end = now_ms(device)
         update.done = True
         update.tokens = len(generated)
@@ -240,12 +250,12 @@ class StreamingSession:
         self.last_turn = (q, update.text)
         yield replace(update)
 
-    def _read_question(self, question: str, cache) -> tuple[torch.Tensor, int]:
-        """Prefill the question after the memory; log-probabilities of the first answer token,
-        and the position that follows the question."""
+    def _read_question(self, question: str) -> tuple[torch.Tensor, int]:
+        """Prefill the question after the memory, as scratch tokens; log-probabilities of the first
+        answer token, and the position that follows the question."""
         ids = self.lm.question_ids(question)
         pos = self.memory.next_position
-        logits = self.lm.forward(cache, ids, pos + torch.arange(ids.shape[-1])[None])
+        logits = self.lm.forward(self.memory, ids, pos + torch.arange(ids.shape[-1])[None])
         return torch.log_softmax(logits[0, -1].float(), dim=-1), pos + ids.shape[-1]
 
     @torch.inference_mode()
@@ -254,7 +264,9 @@ class StreamingSession:
 
         Multiple-choice scoring reads the option letters from this.
         """
-        return self._read_question(self.check_question(question), cache_view(self.memory.kv()))[0]
+        q = self.check_question(question)
+        with self.memory.scratch():
+            return self._read_question(q)[0]
 
     def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> AnswerUpdate:
         """Answer and return the final update (text, TTFT, TPOT, top log-probabilities)."""
@@ -263,8 +275,7 @@ class StreamingSession:
     # -- reading ---------------------------------------------------------------------------
     def frames_in_memory(self) -> int:
         """Distinct frames of which at least one token is still kept in some layer."""
-        frames = torch.cat([layer.frames for layer in self.memory.layers])
-        return int(torch.unique(frames[frames >= 0]).numel())
+        return self.memory.snapshot().frames_in_memory()
 
     def snapshot(self) -> MemorySnapshot:
         return self.memory.snapshot()

@@ -1,22 +1,31 @@
-"""The HERMES memory: per-layer KV slots with token identity, positions, summary and scores.
+"""`HermesCache`: a `transformers` Cache whose layers are the HERMES memory.
 
-Works on plain tensors, one `LayerMemory` per decoder layer (keys and values of shape
-(1, heads, length, head_dim), as transformers stores them). Each layer holds, in order, the fixed
-text prefix, an optional summary slot and the video slots in stream order. Every layer always has
-the same length: transformers sizes one attention mask from the first layer for all of them.
+Each `HermesLayer` holds, in order, the fixed text prefix, an optional summary slot and the video
+slots in stream order, and for every slot after the prefix what it holds: stream id, frame,
+rotary position and last score. The model writes into the layer through `update`, as into any
+transformers cache; the engine then either commits the new tokens as video slots (`commit`) or
+drops them (`discard`), so that a question or a guidance pass leaves the memory bit-identical.
+
+Storage is preallocated: keys and values live in one buffer per layer, sized on first use for the
+prefix, the slots the policy keeps, one chunk and a question margin (`reserve`). Eviction, the
+summary fold and re-indexing rewrite that buffer in place, so a stream past its budget allocates
+no new cache tensors. Every layer always has the same length: transformers sizes one attention
+mask from the first layer for all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 
-import numpy as np
 import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
-from hermes.memory.tiers import Tier, TierMap
+from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
+from hermes.memory.tiers import TierMap
 
 SUMMARY_ID = -1
 
@@ -39,19 +48,108 @@ class ChunkMeta:
         return self.frames.numel()
 
 
-@dataclass
-class LayerMemory:
-    """One decoder layer's cache and, for each slot after the prefix, what it holds."""
+class HermesLayer(CacheLayerMixin):
+    """One decoder layer's memory: a preallocated key/value buffer and the bookkeeping of its slots."""
 
-    keys: torch.Tensor
-    values: torch.Tensor
-    stream_ids: torch.Tensor  # (S,) global stream index, SUMMARY_ID for the summary slot
-    frames: torch.Tensor  # (S,) frame index, -1 for the summary slot
-    positions: torch.Tensor  # (axes, S) rotary positions
-    scores: torch.Tensor  # (S,) last smoothed score, NaN if never scored
-    summary_count: int = 0  # evicted tokens folded into the summary so far
-    attention: tuple[torch.Tensor, torch.Tensor] | None = None  # last guidance (ids, weights)
+    is_sliding = False
+    is_croppable = True
 
+    def __init__(self, rope: RopeSpec) -> None:
+        self.rope = rope
+        self.is_initialized = False
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self.length = 0  # tokens held now, scratch tokens included
+        self.committed = 0  # tokens that belong to the memory: prefix + slots
+        self.prefix_len = 0
+        self.stream_ids = torch.empty(0, dtype=torch.long)  # SUMMARY_ID for the summary slot
+        self.frames = torch.empty(0, dtype=torch.long)  # -1 for the summary slot
+        self.positions = torch.empty(rope.axes, 0, dtype=torch.long)
+        self.scores = torch.empty(0)  # last smoothed score, NaN if never scored
+        self.summary_count = 0  # evicted tokens folded into the summary so far
+
+    # -- the transformers layer interface -------------------------------------------------------
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._k is None else self._k[..., : self.length, :]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[..., : self.length, :]
+
+    @property
+    def device(self) -> torch.device | None:
+        return None if self._k is None else self._k.device
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        if key_states.shape[0] != 1:
+            raise ValueError(f"a HermesCache holds one stream (batch size 1), got batch size {key_states.shape[0]}")
+        self._k = key_states.new_empty(*key_states.shape[:2], 0, key_states.shape[-1])
+        self._v = value_states.new_empty(*value_states.shape[:2], 0, value_states.shape[-1])
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new tokens after the ones held, and return all of them (views, no copy)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        self.reserve(n)
+        self._k[..., self.length : self.length + n, :] = key_states
+        self._v[..., self.length : self.length + n, :] = value_states
+        self.length += n
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        self.__init__(self.rope)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last scratch tokens (transformers' convention: a negative count)."""
+        if tokens_to_remove > 0 or self.length + tokens_to_remove < self.committed:
+            raise ValueError("a HermesCache can only crop scratch tokens (questions, answers), not its memory")
+        self.length += tokens_to_remove
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        raise NotImplementedError("a HermesCache holds one stream: beam search and batch expansion are not supported")
+
+    batch_repeat_interleave = batch_select_indices = reorder_cache
+
+    # -- storage --------------------------------------------------------------------------------
+    @property
+    def allocated(self) -> int:
+        """Tokens the buffer can hold without growing."""
+        return 0 if self._k is None else self._k.shape[-2]
+
+    def reserve(self, n: int, total: int | None = None) -> None:
+        """Make room for `n` more tokens; when the buffer must grow, size it for `total` tokens."""
+        need = self.length + n
+        if need <= self.allocated:
+            return
+        size = max(need, total or 0)
+        k = self._k.new_empty(*self._k.shape[:2], size, self._k.shape[-1])
+        v = self._v.new_empty(*self._v.shape[:2], size, self._v.shape[-1])
+        k[..., : self.length, :] = self.keys
+        v[..., : self.length, :] = self.values
+        self._k, self._v = k, v
+
+    def nbytes(self) -> int:
+        """Bytes of keys and values of the memory (prefix and slots)."""
+        if self._k is None:
+            return 0
+        per_token = (self._k[..., :1, :].numel() + self._v[..., :1, :].numel()) * self._k.element_size()
+        return self.committed * per_token
+
+    # -- slots ----------------------------------------------------------------------------------
     @property
     def has_summary(self) -> bool:
         return self.stream_ids.numel() > 0 and int(self.stream_ids[0]) == SUMMARY_ID
@@ -65,82 +163,130 @@ class LayerMemory:
     def video_ids(self) -> torch.Tensor:
         return self.stream_ids[self.video_offset :]
 
+    @property
+    def slots(self) -> int:
+        return self.stream_ids.numel()
 
-@dataclass
-class CompressionReport:
-    """What one compression step did, for metrics and the UI."""
+    def commit_prefix(self) -> None:
+        """Everything held becomes the fixed text prefix."""
+        if self.slots:
+            raise RuntimeError("the prefix must be committed before any video token")
+        self.committed = self.prefix_len = self.length
 
-    evicted: list[int] = field(default_factory=list)  # per layer
-    reindexed: bool = False
+    def commit(self, ids: torch.Tensor, meta: ChunkMeta) -> None:
+        """The scratch tokens become video slots: they are the chunk that `meta` describes."""
+        n = len(meta)
+        if self.length != self.committed + n:
+            raise ValueError(f"layer holds {self.length - self.committed} new tokens, the chunk has {n}")
+        self.stream_ids = torch.cat([self.stream_ids, ids])
+        self.frames = torch.cat([self.frames, meta.frames])
+        self.positions = torch.cat([self.positions, meta.positions], dim=1)
+        self.scores = torch.cat([self.scores, torch.full((n,), float("nan"))])
+        self.committed = self.length
 
+    def discard(self) -> None:
+        """Forget the scratch tokens: the layer holds its memory exactly as before."""
+        self.length = self.committed
 
-class HermesMemory:
-    """Fixed-size KV memory managed by a policy (hermes, fifo or full)."""
+    def evict(self, keep: torch.Tensor, scores: torch.Tensor, summarise: bool) -> int:
+        """Keep the video slots `keep` (indices in stream order) with their `scores`, in place; fold
+        the others into the summary slot if `summarise`. Returns how many were evicted."""
+        if self.length != self.committed:
+            raise RuntimeError("discard or commit the scratch tokens before evicting")
+        p, off = self.prefix_len, self.video_offset
+        mask = torch.ones(self.slots - off, dtype=torch.bool)
+        mask[keep] = False
+        evicted = mask.nonzero().squeeze(1)
+        if summarise:
+            k_sum, v_sum = self._fold(evicted + off)
+        elif self.has_summary:
+            raise RuntimeError("a layer with a summary slot must keep summarising")
+        kept_slots = keep + off
+        src = (p + kept_slots).to(self.device)
+        head = 1 if summarise else 0
+        # index_select makes a temporary; the buffer itself is rewritten, never replaced.
+        self._k[..., p + head : p + head + keep.numel(), :] = self._k.index_select(-2, src)
+        self._v[..., p + head : p + head + keep.numel(), :] = self._v.index_select(-2, src)
+        ids, frames = self.stream_ids[kept_slots], self.frames[kept_slots]
+        positions, new_scores = self.positions[:, kept_slots], scores.float()
+        if summarise:
+            self._k[..., p : p + 1, :] = k_sum
+            self._v[..., p : p + 1, :] = v_sum
+            ids = torch.cat([torch.tensor([SUMMARY_ID]), ids])
+            frames = torch.cat([torch.tensor([-1]), frames])
+            positions = torch.cat([torch.full((self.rope.axes, 1), p, dtype=torch.long), positions], dim=1)
+            new_scores = torch.cat([torch.tensor([float("nan")]), new_scores])
+            self.summary_count += evicted.numel()
+        self.stream_ids, self.frames, self.positions, self.scores = ids, frames, positions, new_scores
+        self.length = self.committed = p + ids.numel()
+        return int(evicted.numel())
 
-    def __init__(self, num_layers: int, rope: RopeSpec, config: HermesConfig | None = None) -> None:
-        self.config = config or HermesConfig()
-        self.rope = rope
-        self.tiers = TierMap.partition(num_layers, self.config.shallow_fraction, self.config.deep_fraction)
-        self.prefix_len = 0
-        self.layers: list[LayerMemory] = []
-        self.tokens_seen = 0
-        self.compactions = 0
+    def _fold(self, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Algorithm 1 as a running mean: v = (n v + sum V_ev) / (n + m), keys phase-aligned first."""
+        p = self.prefix_len
+        idx = (p + evicted_slots).to(self.device)
+        k_ev = self._k.index_select(-2, idx)
+        v_ev = self._v.index_select(-2, idx)
+        # Rotate every evicted key to the summary's position, so that they average in one phase.
+        k_ev = rotate_keys(k_ev, p - self.positions[:, evicted_slots], self.rope).float()
+        n, m = self.summary_count, evicted_slots.numel()
+        k_sum = k_ev.sum(dim=-2, keepdim=True)
+        v_sum = v_ev.float().sum(dim=-2, keepdim=True)
+        if self.has_summary:
+            k_sum = k_sum + n * self._k[..., p : p + 1, :].float()
+            v_sum = v_sum + n * self._v[..., p : p + 1, :].float()
+        return (k_sum / (n + m)).to(self._k.dtype), (v_sum / (n + m)).to(self._v.dtype)
 
-    # -- filling ---------------------------------------------------------------------------
-    def set_prefix(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
-        """Install the fixed text prefix (positions 0..P-1); clears any video memory."""
-        if len(keys) != len(self.tiers) or len(values) != len(self.tiers):
-            raise ValueError(f"expected {len(self.tiers)} layers of keys and values")
-        self.prefix_len = keys[0].shape[-2]
-        axes = self.rope.axes
-        self.layers = [
-            LayerMemory(
-                keys=k,
-                values=v,
-                stream_ids=torch.empty(0, dtype=torch.long),
-                frames=torch.empty(0, dtype=torch.long),
-                positions=torch.empty(axes, 0, dtype=torch.long),
-                scores=torch.empty(0),
-            )
-            for k, v in zip(keys, values, strict=True)
-        ]
-        self.tokens_seen = 0
+    def reindex(self) -> None:
+        """Summary at P, video slots left-compacted after it (per axis), keys rotated in place."""
+        p, off = self.prefix_len, self.video_offset
+        old = self.positions[:, off:]
+        new = compact_positions(old, p + off)
+        delta = new - old
+        if bool(delta.any()):
+            start, end = p + off, self.committed
+            self._k[..., start:end, :] = rotate_keys(self._k[..., start:end, :], delta, self.rope)
+            self.positions = torch.cat([self.positions[:, :off], new], dim=1)
 
-    def append(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], meta: ChunkMeta) -> None:
-        """Add a chunk's new tokens (keys/values of the new tokens only) to every layer."""
-        self.absorb(
-            [torch.cat([layer.keys, k], dim=-2) for layer, k in zip(self.layers, keys, strict=True)],
-            [torch.cat([layer.values, v], dim=-2) for layer, v in zip(self.layers, values, strict=True)],
-            meta,
+    def snapshot(self, tier) -> LayerSnapshot:
+        return LayerSnapshot(
+            tier=tier,
+            stream_ids=self.stream_ids.numpy().copy(),
+            frames=self.frames.numpy().copy(),
+            positions=self.positions.numpy().copy(),
+            scores=self.scores.numpy().copy(),
+            summary_count=self.summary_count,
         )
 
-    def absorb(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], meta: ChunkMeta) -> None:
-        """Take over full layer tensors that already end with the chunk's tokens.
 
-        This is what a transformers cache holds after a prefill: the old slots plus the new ones,
-        so no copy is made.
-        """
-        if not self.layers:
-            raise RuntimeError("set_prefix must be called before video tokens are added")
-        n = len(meta)
-        if meta.positions.shape[0] != self.rope.axes:
-            raise ValueError(f"positions need {self.rope.axes} axes, got {meta.positions.shape[0]}")
-        ids = torch.arange(self.tokens_seen, self.tokens_seen + n)
-        for layer, k, v in zip(self.layers, keys, values, strict=True):
-            if k.shape[-2] != layer.keys.shape[-2] + n:
-                raise ValueError(f"layer length {k.shape[-2]} is not {layer.keys.shape[-2]} + {n} new tokens")
-            layer.keys, layer.values = k, v
-            layer.stream_ids = torch.cat([layer.stream_ids, ids])
-            layer.frames = torch.cat([layer.frames, meta.frames])
-            layer.positions = torch.cat([layer.positions, meta.positions], dim=1)
-            layer.scores = torch.cat([layer.scores, torch.full((n,), float("nan"))])
-        self.tokens_seen += n
+class HermesCache(Cache):
+    """The hierarchical memory of one stream, as a transformers Cache the model runs on directly.
 
-    # -- positions ---------------------------------------------------------------------------
+    `config` gives the budget and the re-indexing mode; `rope` the model's rotary frequencies;
+    `capacity` the slots after the prefix that each layer keeps (None: no limit), used to size the
+    storage once. The tier of each layer is decided here, once, from the config.
+    """
+
+    def __init__(
+        self, num_layers: int, rope: RopeSpec, config: HermesConfig | None = None, capacity: int | None = None
+    ):
+        self.config = config or HermesConfig()
+        self.rope = rope
+        self.capacity = capacity
+        self.tiers = TierMap.for_config(num_layers, self.config)
+        self.tokens_seen = 0
+        self.compactions = 0
+        super().__init__(layers=[HermesLayer(rope) for _ in range(num_layers)])
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def prefix_len(self) -> int:
+        return self.layers[0].prefix_len
+
     @property
     def slots(self) -> int:
         """Slots after the prefix; the same in every layer."""
-        return self.layers[0].stream_ids.numel() if self.layers else 0
+        return self.layers[0].slots
 
     @property
     def next_position(self) -> int:
@@ -148,11 +294,86 @@ class HermesMemory:
         top = max((int(layer.positions.max()) for layer in self.layers if layer.positions.numel()), default=-1)
         return max(top + 1, self.prefix_len)
 
-    def reserve(self, n_tokens: int) -> int:
+    def position_ids(self, n: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """Position ids for `n` text tokens after the memory, in the shape the model takes:
+        (1, n) for RoPE, (3, 1, n) for M-RoPE (text advances on all three axes)."""
+        pos = self.next_position + torch.arange(n, device=device)[None]
+        return pos if self.rope.axes == 1 else pos.expand(3, 1, n)
+
+    def kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(keys, values) per layer, as views of the storage."""
+        return [(layer.keys, layer.values) for layer in self.layers]
+
+    def cache_bytes(self) -> int:
+        """Bytes held by the keys and values of the memory, in all layers."""
+        return sum(layer.nbytes() for layer in self.layers)
+
+    def storage(self) -> list[int]:
+        """The data pointers of every layer's key and value storage (they change only on growth)."""
+        return [t.data_ptr() for layer in self.layers for t in (layer._k, layer._v) if t is not None]
+
+    def video_tokens_per_layer(self) -> list[int]:
+        """Video slots per layer (the summary slot not counted)."""
+        return [layer.video_ids.numel() for layer in self.layers]
+
+    def snapshot(self) -> MemorySnapshot:
+        """A copy of the bookkeeping (no keys or values) for the UI and metrics."""
+        return MemorySnapshot(
+            prefix_len=self.prefix_len,
+            budget=self.config.budget,
+            tokens_seen=self.tokens_seen,
+            next_position=self.next_position,
+            cache_bytes=self.cache_bytes(),
+            layers=[layer.snapshot(self.tiers[i]) for i, layer in enumerate(self.layers)],
+        )
+
+    # -- filling ---------------------------------------------------------------------------------
+    def commit_prefix(self) -> None:
+        """What the model has written so far is the fixed text prefix (positions 0..P-1)."""
+        for layer in self.layers:
+            layer.commit_prefix()
+
+    def reserve(self, n: int) -> None:
+        """Make room for `n` scratch tokens in every layer, sizing storage for the whole stream."""
+        total = None
+        if self.capacity is not None:
+            total = self.prefix_len + self.capacity + n
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.reserve(n, total)
+
+    def commit(self, meta: ChunkMeta) -> None:
+        """The tokens the model just wrote in every layer are the chunk `meta` describes."""
+        if meta.positions.shape[0] != self.rope.axes:
+            raise ValueError(f"positions need {self.rope.axes} axes, got {meta.positions.shape[0]}")
+        ids = torch.arange(self.tokens_seen, self.tokens_seen + len(meta))
+        for layer in self.layers:
+            layer.commit(ids, meta)
+        self.tokens_seen += len(meta)
+
+    def discard(self) -> None:
+        """Drop every scratch token: the memory is exactly as it was before they were written."""
+        for layer in self.layers:
+            layer.discard()
+
+    @contextmanager
+    def scratch(self) -> Iterator[HermesCache]:
+        """Tokens written inside (a question, its answer, a guidance prompt) are dropped on exit.
+
+        Leftovers of an earlier reader that never finished are dropped on entry as well.
+        """
+        self.discard()
+        try:
+            yield self
+        finally:
+            self.discard()
+
+    # -- positions -------------------------------------------------------------------------------
+    def start_position(self, n_tokens: int) -> int:
         """Start position for `n_tokens` new tokens, compacting positions first if they would run out.
 
         This is lazy re-indexing: positions stay as they were until next position + new tokens +
-        the question margin would pass the model's limit.
+        the question margin would pass the limit.
         """
         limit = self.config.max_positions
         start = self.next_position
@@ -167,156 +388,13 @@ class HermesMemory:
         return start
 
     def reindex(self) -> None:
-        """Eager re-indexing: summary at P, video slots left-compacted after it, keys rotated."""
-        p = self.prefix_len
+        """Eager re-indexing of every layer: positions compacted, keys rotated by the shift."""
         for layer in self.layers:
-            off = layer.video_offset
-            old = layer.positions[:, off:]
-            new = compact_positions(old, p + off)
-            delta = new - old
-            if bool(delta.any()):
-                start = p + off
-                layer.keys = torch.cat(
-                    [layer.keys[..., :start, :], rotate_keys(layer.keys[..., start:, :], delta, self.rope)], dim=-2
-                )
-                layer.positions = torch.cat([layer.positions[:, :off], new], dim=1)
+            layer.reindex()
         self.compactions += 1
 
-    # -- eviction --------------------------------------------------------------------------
-    def compress(self, policy, attention: Sequence[torch.Tensor | None] | None = None) -> CompressionReport | None:
-        """Evict down to the policy's capacity if the slots exceed it; None when nothing to do.
-
-        `attention[l]`, when the policy needs it, is the guidance attention W over layer l's slots
-        after the prefix (summary included), as the engine's guidance pass measured it.
-        """
-        capacity = policy.capacity()
-        if capacity is None or self.slots <= capacity:
-            return None
-        scores = policy.score(self, attention)
-        report = CompressionReport()
-        for i, layer in enumerate(self.layers):
-            if attention is not None and attention[i] is not None:
-                layer.attention = (layer.video_ids.clone(), attention[i][layer.video_offset :].float().cpu())
-            summarise = policy.summarises(self.tiers[i])
-            keep = top_k(scores[i], layer.video_ids, capacity - (1 if summarise else 0))
-            report.evicted.append(self._evict(layer, keep, scores[i], summarise))
-        if self.config.reindex == "eager":
-            self.reindex()
-            report.reindexed = True
-        return report
-
-    def _evict(self, layer: LayerMemory, keep: torch.Tensor, scores: torch.Tensor, summarise: bool) -> int:
-        p, off = self.prefix_len, layer.video_offset
-        n_video = layer.stream_ids.numel() - off
-        mask = torch.ones(n_video, dtype=torch.bool)
-        mask[keep] = False
-        evicted = mask.nonzero().squeeze(1)
-        kept_slots = keep + off
-        device = layer.keys.device
-        kv_index = torch.cat([torch.arange(p), p + kept_slots]).to(device)
-        keys = layer.keys.index_select(-2, kv_index)
-        values = layer.values.index_select(-2, kv_index)
-        ids, frames = layer.stream_ids[kept_slots], layer.frames[kept_slots]
-        positions, new_scores = layer.positions[:, kept_slots], scores[keep].float()
-        if summarise:
-            k_sum, v_sum = self._fold_summary(layer, evicted + off)
-            keys = torch.cat([keys[..., :p, :], k_sum, keys[..., p:, :]], dim=-2)
-            values = torch.cat([values[..., :p, :], v_sum, values[..., p:, :]], dim=-2)
-            ids = torch.cat([torch.tensor([SUMMARY_ID]), ids])
-            frames = torch.cat([torch.tensor([-1]), frames])
-            positions = torch.cat([torch.full((self.rope.axes, 1), p, dtype=torch.long), positions], dim=1)
-            new_scores = torch.cat([torch.tensor([float("nan")]), new_scores])
-            layer.summary_count += evicted.numel()
-        elif layer.has_summary:
-            raise RuntimeError("a layer with a summary slot must keep summarising")
-        layer.keys, layer.values = keys, values
-        layer.stream_ids, layer.frames, layer.positions, layer.scores = ids, frames, positions, new_scores
-        return int(evicted.numel())
-
-    def _fold_summary(self, layer: LayerMemory, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Algorithm 1 as a running mean: v = (n v + sum V_ev) / (n + m), keys phase-aligned first."""
-        p = self.prefix_len
-        idx = (p + evicted_slots).to(layer.keys.device)
-        k_ev = layer.keys.index_select(-2, idx)
-        v_ev = layer.values.index_select(-2, idx)
-        # Rotate every evicted key to the summary's position, so that they average in one phase.
-        delta = p - layer.positions[:, evicted_slots]
-        k_ev = rotate_keys(k_ev, delta, self.rope).float()
-        n, m = layer.summary_count, evicted_slots.numel()
-        k_sum = k_ev.sum(dim=-2, keepdim=True)
-        v_sum = v_ev.float().sum(dim=-2, keepdim=True)
-        if layer.has_summary:
-            k_sum = k_sum + n * layer.keys[..., p : p + 1, :].float()
-            v_sum = v_sum + n * layer.values[..., p : p + 1, :].float()
-        return (k_sum / (n + m)).to(layer.keys.dtype), (v_sum / (n + m)).to(layer.values.dtype)
-
-    # -- reading -----------------------------------------------------------------------------
-    def kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(keys, values) per layer, to seed a transformers cache without copying."""
-        return [(layer.keys, layer.values) for layer in self.layers]
-
-    def cache_bytes(self) -> int:
-        """Bytes held by keys and values of all layers."""
-        return sum(layer.keys.nbytes + layer.values.nbytes for layer in self.layers)
-
-    def video_tokens_per_layer(self) -> list[int]:
-        """Video slots per layer (the summary slot not counted)."""
-        return [layer.video_ids.numel() for layer in self.layers]
-
-    def snapshot(self) -> MemorySnapshot:
-        """A copy of the bookkeeping (no tensors of keys or values) for the UI and metrics."""
-        return MemorySnapshot(
-            prefix_len=self.prefix_len,
-            budget=self.config.budget,
-            tokens_seen=self.tokens_seen,
-            next_position=self.next_position if self.layers else 0,
-            cache_bytes=self.cache_bytes(),
-            layers=[
-                LayerSnapshot(
-                    tier=self.tiers[i],
-                    stream_ids=layer.stream_ids.numpy().copy(),
-                    frames=layer.frames.numpy().copy(),
-                    positions=layer.positions.numpy().copy(),
-                    scores=layer.scores.numpy().copy(),
-                    summary_count=layer.summary_count,
-                    attention=None
-                    if layer.attention is None
-                    else (layer.attention[0].numpy().copy(), layer.attention[1].numpy().copy()),
-                )
-                for i, layer in enumerate(self.layers)
-            ],
-        )
-
-
-def top_k(scores: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k best scores, ties going to the newer token, returned in stream order."""
-    if k >= scores.numel():
-        return torch.arange(scores.numel())
-    newest_first = torch.argsort(ids, descending=True)
-    _, order = torch.sort(scores.float()[newest_first], descending=True, stable=True)
-    return newest_first[order[:k]].sort().values
-
-
-@dataclass
-class LayerSnapshot:
-    """One layer's slots after the prefix: identity, frame, position, score (numpy arrays)."""
-
-    tier: Tier
-    stream_ids: np.ndarray
-    frames: np.ndarray
-    positions: np.ndarray
-    scores: np.ndarray
-    summary_count: int
-    attention: tuple[np.ndarray, np.ndarray] | None
-
-
-@dataclass
-class MemorySnapshot:
-    """The memory state at one moment, detached from the tensors the worker keeps mutating."""
-
-    prefix_len: int
-    budget: int
-    tokens_seen: int
-    next_position: int
-    cache_bytes: int
-    layers: list[LayerSnapshot]
+    def evict(
+        self, keep: Sequence[torch.Tensor], scores: Sequence[torch.Tensor], summarise: Sequence[bool]
+    ) -> list[int]:
+        """Per layer: keep those video slots, fold the rest into the summary where asked."""
+        return [layer.evict(k, s, f) for layer, k, s, f in zip(self.layers, keep, scores, summarise, strict=True)]

@@ -12,7 +12,7 @@ Reindex = Literal["lazy", "eager"]
 
 @dataclass(frozen=True)
 class HermesConfig:
-    """Settings of the hierarchical memory (DESIGN.md section 3).
+    """Settings of the hierarchical memory (docs/design.md, "The algorithm").
 
     `budget` is |M|, the number of video slots each layer keeps. Layers with a summary slot keep
     |M| video slots plus the summary; the others keep that slot as one extra video slot, so that

@@ -1,106 +1,132 @@
-"""Eviction policies behind one interface: hermes, fifo and full (kvpress-style small classes).
+"""Memory policies, kvpress-style: a policy is a scorer, an optional smoothing and a selection.
 
-A policy says how many slots a layer keeps (`capacity`), whether a layer folds evictions into a
-summary slot, and how its video slots are scored (`score`). `HermesMemory.compress` does the rest.
+A scorer turns one layer's inputs (its tier, how many video slots it has, the guidance attention
+over them) into scores, and says which guidance query each tier reads. It never sees the cache.
+Smoothing (across layers) and selection (Top-K plus the summary slot) are separate steps;
+`hermes.memory.compression.compress` runs them in order on a `HermesCache`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Literal, Protocol
 
 import torch
 
 from hermes.memory.config import HermesConfig
 from hermes.memory.scoring import layer_score, recency
-from hermes.memory.smoothing import smooth
-from hermes.memory.tiers import Tier
+from hermes.memory.selection import TopK
+from hermes.memory.smoothing import CrossLayerSmoothing
+from hermes.memory.tiers import Tier, TierMap
 
-if TYPE_CHECKING:
-    from hermes.memory.cache import HermesMemory
+Guidance = Literal["global", "hybrid"]
 
 
-@dataclass
-class Policy:
-    """Base class: never evicts."""
+@dataclass(frozen=True)
+class LayerInputs:
+    """What a scorer sees of one layer."""
 
-    config: HermesConfig
-    name: ClassVar[str] = "full"
-    needs_guidance: ClassVar[bool] = False
+    layer: int
+    tiers: TierMap
+    num_slots: int  # video slots, in stream order
+    attention: torch.Tensor | None  # guidance attention W over those slots, where the layer was probed
 
-    def capacity(self) -> int | None:
-        """Slots after the prefix that each layer keeps; None for no limit."""
+    @property
+    def tier(self) -> Tier:
+        return self.tiers[self.layer]
+
+
+class Scorer(Protocol):
+    """Scores one layer's video slots (higher is kept)."""
+
+    def guidance(self, tier: Tier) -> Guidance | None:
+        """The guidance query layers of `tier` need, or None when they score without attention."""
+
+    def score(self, inputs: LayerInputs) -> torch.Tensor:
+        """One score per video slot."""
+
+
+@dataclass(frozen=True)
+class StreamOrder:
+    """FIFO: the newer the slot, the higher its score."""
+
+    def guidance(self, tier: Tier) -> Guidance | None:
         return None
 
-    def summarises(self, tier: Tier) -> bool:
-        """Whether layers of this tier fold evicted tokens into a summary slot."""
-        return False
-
-    def score(self, memory: HermesMemory, attention: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor]:
-        """Importance of each layer's video slots (higher is kept)."""
-        raise NotImplementedError(f"the {self.name} policy never evicts")
+    def score(self, inputs: LayerInputs) -> torch.Tensor:
+        return torch.arange(inputs.num_slots, dtype=torch.float32)
 
 
-@dataclass
-class FullPolicy(Policy):
-    """No eviction: the cache grows with the stream (the memory cost HERMES avoids)."""
+@dataclass(frozen=True)
+class TieredScorer:
+    """HERMES: recency in sensory layers, guidance attention in long-term layers, a blend in
+    working layers, whose recency weight omega^l falls with depth."""
+
+    recency_k: float = 20.0
+    omega0: float = 0.75
+    gamma: float = 0.6
+
+    def guidance(self, tier: Tier) -> Guidance | None:
+        # Long-term layers read the global prompt (the story so far); working layers the hybrid
+        # one (the story, then the current scene); sensory layers need no attention at all.
+        return {Tier.SENSORY: None, Tier.WORKING: "hybrid", Tier.LONG_TERM: "global"}[tier]
+
+    def score(self, inputs: LayerInputs) -> torch.Tensor:
+        att = None if inputs.attention is None else inputs.attention.float().cpu()
+        if att is not None and att.numel() != inputs.num_slots:
+            raise ValueError(
+                f"layer {inputs.layer}: attention covers {att.numel()} video slots, the layer has {inputs.num_slots}"
+            )
+        r = recency(inputs.num_slots, self.recency_k)
+        return layer_score(inputs.layer, inputs.tiers, r, att, self.omega0, self.gamma)
 
 
-@dataclass
-class FifoPolicy(Policy):
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """A named composition. No scorer means the policy never evicts (the full cache)."""
+
+    name: str
+    scorer: Scorer | None = None
+    smoothing: CrossLayerSmoothing | None = None
+    selection: TopK | None = None
+
+    @property
+    def capacity(self) -> int | None:
+        """Slots after the prefix each layer keeps; None for no limit."""
+        return None if self.selection is None else self.selection.capacity
+
+    def guidance(self, tier: Tier) -> Guidance | None:
+        return None if self.scorer is None else self.scorer.guidance(tier)
+
+    def needs_guidance(self, tiers: TierMap) -> bool:
+        """Whether any layer needs the guidance pass."""
+        return any(self.guidance(t) is not None for t in tiers.tiers)
+
+
+def hermes_policy(config: HermesConfig) -> MemoryPolicy:
+    """Hierarchical memory, smoothed across layers, with a summary of everything evicted."""
+    return MemoryPolicy(
+        "hermes",
+        TieredScorer(config.recency_k, config.omega0, config.gamma),
+        CrossLayerSmoothing(config.smoothing, config.alignment),
+        TopK.with_summary(config.budget, config.summary),
+    )
+
+
+def fifo_policy(config: HermesConfig) -> MemoryPolicy:
     """Sliding window: the newest |M| video tokens in every layer."""
-
-    name: ClassVar[str] = "fifo"
-
-    def capacity(self) -> int | None:
-        return self.config.budget
-
-    def score(self, memory: HermesMemory, attention: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor]:
-        return [layer.video_ids.float() for layer in memory.layers]
+    return MemoryPolicy("fifo", StreamOrder(), None, TopK(config.budget))
 
 
-@dataclass
-class HermesPolicy(Policy):
-    """Hierarchical memory: recency in shallow layers, attention anchors in deep ones, a blend
-    in between, smoothed across layers, with a summary slot of everything evicted."""
-
-    name: ClassVar[str] = "hermes"
-    needs_guidance: ClassVar[bool] = True
-
-    def capacity(self) -> int | None:
-        # The summary slot, or in layers without one an extra video slot, keeps lengths equal.
-        return self.config.budget + (0 if self.config.summary == "none" else 1)
-
-    def summarises(self, tier: Tier) -> bool:
-        mode = self.config.summary
-        return mode == "all" or (mode == "deep" and tier is Tier.LONG_TERM)
-
-    def raw_scores(self, memory: HermesMemory, attention: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor]:
-        """S^l before smoothing, per layer over its video slots."""
-        cfg, tiers = self.config, memory.tiers
-        out = []
-        for i, layer in enumerate(memory.layers):
-            n = layer.video_ids.numel()
-            att = None
-            if attention is not None and attention[i] is not None:
-                att = attention[i][layer.video_offset :].float().cpu()
-                if att.numel() != n:
-                    raise ValueError(f"layer {i}: attention covers {att.numel()} video slots, the layer has {n}")
-            out.append(layer_score(i, tiers, recency(n, cfg.recency_k), att, cfg.omega0, cfg.gamma))
-        return out
-
-    def score(self, memory: HermesMemory, attention: Sequence[torch.Tensor | None] | None) -> list[torch.Tensor]:
-        strengths = {Tier.SENSORY: 0, Tier.WORKING: 1, Tier.LONG_TERM: 2}
-        lambdas = [self.config.smoothing[strengths[t]] for t in memory.tiers.tiers]
-        ids = [layer.video_ids for layer in memory.layers]
-        return smooth(self.raw_scores(memory, attention), ids, lambdas, self.config.alignment)
+def full_policy(config: HermesConfig) -> MemoryPolicy:
+    """No eviction: the cache grows with the stream (the memory cost HERMES avoids)."""
+    return MemoryPolicy("full")
 
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (HermesPolicy, FifoPolicy, FullPolicy)}
+POLICIES = {"hermes": hermes_policy, "fifo": fifo_policy, "full": full_policy}
 
 
-def make_policy(name: str, config: HermesConfig) -> Policy:
+def make_policy(name: str, config: HermesConfig) -> MemoryPolicy:
     """The policy called `name` (hermes, fifo or full)."""
     try:
         return POLICIES[name](config)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from hermes.memory.config import Alignment
+from hermes.memory.tiers import Tier, TierMap
 
 
 def _aligned(deeper: torch.Tensor, deeper_ids: torch.Tensor, ids: torch.Tensor, mode: Alignment) -> torch.Tensor:
@@ -44,3 +46,18 @@ def smooth(
         below = _aligned(out[layer + 1], token_ids[layer + 1], token_ids[layer], mode)
         out[layer] = (1.0 - lam) * scores[layer].float() + lam * below
     return out
+
+
+@dataclass(frozen=True)
+class CrossLayerSmoothing:
+    """Smoothing with one strength per tier: (sensory, working, long-term)."""
+
+    strengths: tuple[float, float, float] = (0.1, 0.3, 0.4)
+    alignment: Alignment = "identity"
+
+    def __call__(
+        self, scores: Sequence[torch.Tensor], token_ids: Sequence[torch.Tensor], tiers: TierMap
+    ) -> list[torch.Tensor]:
+        order = {Tier.SENSORY: 0, Tier.WORKING: 1, Tier.LONG_TERM: 2}
+        lambdas = [self.strengths[order[t]] for t in tiers.tiers]
+        return smooth(scores, token_ids, lambdas, self.alignment)

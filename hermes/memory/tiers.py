@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hermes.memory.config import HermesConfig
 
 
 class Tier(str, Enum):
@@ -43,6 +47,11 @@ class TierMap:
             n_middle = 1
         tiers = (Tier.SENSORY,) * n_shallow + (Tier.WORKING,) * n_middle + (Tier.LONG_TERM,) * n_deep
         return cls(tiers)
+
+    @classmethod
+    def for_config(cls, num_layers: int, config: HermesConfig) -> TierMap:
+        """The partition a memory with `config` uses: the one place the tiers are decided."""
+        return cls.partition(num_layers, config.shallow_fraction, config.deep_fraction)
 
     def __len__(self) -> int:
         return len(self.tiers)

@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import Cache
 
 from hermes.memory.rope import RopeSpec
 
@@ -33,23 +32,6 @@ class ChunkInputs:
     @property
     def num_tokens(self) -> int:
         return self.input_ids.shape[-1]
-
-
-def cache_view(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
-    """A DynamicCache whose layers point at the given tensors (no copy).
-
-    Safe to hand to the model: DynamicLayer.update concatenates into new tensors, so the
-    tensors passed in are never written.
-    """
-    cache = DynamicCache()
-    layers = []
-    for keys, values in kv:
-        layer = DynamicLayer()
-        layer.lazy_initialization(keys, values)
-        layer.keys, layer.values = keys, values
-        layers.append(layer)
-    cache.layers = layers
-    return cache
 
 
 class VideoLM(ABC):
@@ -82,6 +64,13 @@ class VideoLM(ABC):
     @property
     def max_positions(self) -> int:
         return int(self.text_config.max_position_embeddings)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token takes in the cache: keys and values of every layer."""
+        c = self.text_config
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        return self.num_layers * 2 * c.num_key_value_heads * head_dim * self.dtype.itemsize
 
     def attention_modules(self) -> list[torch.nn.Module]:
         """The self-attention module of each decoder layer, in order."""
@@ -132,7 +121,7 @@ class VideoLM(ABC):
     @torch.inference_mode()
     def forward(
         self,
-        cache: DynamicCache,
+        cache: Cache,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         logits_to_keep: int = 1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
@@ -104,4 +105,16 @@ def load_video_lm(name: str = DEFAULT_MODEL, device: str | None = None) -> Video
         ).to(dev)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"Cannot load model {name!r}: {exc}") from exc
-    return ADAPTERS[arch](model, processor, source=name, random_weights=random_weights)
+    return wrap(model, processor, source=name, random_weights=random_weights)
+
+
+def wrap(model: Any, processor: Any, source: str = "", random_weights: bool = False) -> VideoLM:
+    """The adapter for a model and processor loaded with `transformers`, by the model's type."""
+    arch = getattr(model.config, "model_type", None)
+    if arch not in ADAPTERS:
+        raise ModelLoadError(
+            f"{type(model).__name__} ({arch!r}) is not supported; HERMES Live supports {', '.join(ADAPTERS)}"
+        )
+    return ADAPTERS[arch](
+        model, processor, source=source or getattr(model, "name_or_path", ""), random_weights=random_weights
+    )

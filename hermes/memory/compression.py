@@ -1,0 +1,60 @@
+"""One compression step on a `HermesCache`: score per tier, smooth across layers, keep Top-K with a
+summary, then re-index positions if the memory is eager."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hermes.memory.cache import HermesCache
+from hermes.memory.policies import LayerInputs, MemoryPolicy
+from hermes.memory.selection import top_k
+
+AttentionRecord = tuple[np.ndarray, np.ndarray]  # (stream ids, weights) over a layer's video slots
+
+
+@dataclass
+class CompressionReport:
+    """What one compression step did."""
+
+    evicted: list[int]
+    reindexed: bool
+    attention: tuple[AttentionRecord | None, ...]  # per layer, what the guidance pass measured
+
+
+def compress(
+    cache: HermesCache, policy: MemoryPolicy, attention: Sequence[torch.Tensor | None] | None = None
+) -> CompressionReport | None:
+    """Evict down to the policy's capacity if the slots exceed it; None when there is nothing to do.
+
+    `attention[l]`, for the layers the policy probes, is the guidance attention W over layer l's
+    slots after the prefix (summary included), as the engine's guidance pass measured it.
+    """
+    selection = policy.selection
+    if policy.scorer is None or selection is None or cache.slots <= selection.capacity:
+        return None
+    tiers = cache.tiers
+    ids = [layer.video_ids for layer in cache.layers]
+    video_attention = [
+        None if attention is None or attention[i] is None else attention[i][layer.video_offset :].float().cpu()
+        for i, layer in enumerate(cache.layers)
+    ]
+    scores = [
+        policy.scorer.score(LayerInputs(i, tiers, ids[i].numel(), video_attention[i])) for i in range(len(cache.layers))
+    ]
+    if policy.smoothing is not None:
+        scores = policy.smoothing(scores, ids, tiers)
+    keep = [top_k(s, i, selection.keep(tiers[n])) for n, (s, i) in enumerate(zip(scores, ids, strict=True))]
+    record = tuple(
+        None if att is None else (i.numpy().copy(), att.numpy()) for i, att in zip(ids, video_attention, strict=True)
+    )
+    evicted = cache.evict(
+        keep, [s[k] for s, k in zip(scores, keep, strict=True)], [selection.summarises(t) for t in tiers.tiers]
+    )
+    eager = cache.config.reindex == "eager"
+    if eager:
+        cache.reindex()
+    return CompressionReport(evicted=evicted, reindexed=eager, attention=record)

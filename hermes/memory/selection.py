@@ -1,0 +1,42 @@
+"""Selection: which video slots a layer keeps after scoring, and whether it keeps a summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hermes.memory.config import SummaryMode
+from hermes.memory.tiers import Tier
+
+
+def top_k(scores: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k best scores, ties going to the newer token, returned in stream order."""
+    if k >= scores.numel():
+        return torch.arange(scores.numel())
+    newest_first = torch.argsort(ids, descending=True)
+    _, order = torch.sort(scores.float()[newest_first], descending=True, stable=True)
+    return newest_first[order[:k]].sort().values
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Keep the best slots up to `capacity` per layer. Layers that summarise give one of those
+    slots to the summary, so that every layer keeps the same length."""
+
+    capacity: int
+    summary: SummaryMode = "none"
+
+    @classmethod
+    def with_summary(cls, budget: int, summary: SummaryMode) -> TopK:
+        """|M| video slots plus the summary slot; layers without a summary keep that slot as one
+        more video slot."""
+        return cls(budget + (0 if summary == "none" else 1), summary)
+
+    def summarises(self, tier: Tier) -> bool:
+        """Whether layers of `tier` fold evicted tokens into a summary slot."""
+        return self.summary == "all" or (self.summary == "deep" and tier is Tier.LONG_TERM)
+
+    def keep(self, tier: Tier) -> int:
+        """Video slots a layer of `tier` keeps."""
+        return self.capacity - (1 if self.summarises(tier) else 0)

@@ -1,0 +1,95 @@
+"""HermesCache as a library: plain `model.generate` on it, its storage, and the example script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hermes import HermesCache
+from hermes.engine.chunk import Chunk
+from hermes.engine.session import StreamingSession
+from hermes.memory.config import HermesConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTION = "What is happening?"
+
+
+def _chunk(index: int, n: int = 2, size: int = 64) -> Chunk:
+    pixels = np.random.default_rng(index).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+    ids = np.arange(index * n, (index + 1) * n)
+    return Chunk(pixels, ids.astype(float), ids, ids, chunk_index=index)
+
+
+def _streamed(lm, budget: int, chunks: int, **config) -> StreamingSession:
+    session = StreamingSession(lm, HermesConfig(budget=budget, chunk_frames=2, fps=1.0, **config))
+    for i in range(chunks):
+        session.ingest(_chunk(i))
+    return session
+
+
+def _generate(lm, cache: HermesCache, question: str, max_new_tokens: int, name: str = "cache"):
+    ids = lm.question_ids(question)
+    n = ids.shape[-1]
+    with cache.scratch(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # `past_key_values` is the pre-rename name of `cache`
+        out = lm.model.generate(
+            ids,
+            attention_mask=torch.ones(1, cache.get_seq_length() + n, dtype=torch.long),
+            position_ids=cache.position_ids(n),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **{name: cache},
+        )
+    return out.sequences[0, n:].tolist(), torch.log_softmax(out.scores[0][0].float(), dim=-1)
+
+
+@pytest.mark.parametrize("reindex", ["lazy", "eager"])
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_generate_on_the_cache_equals_the_session(lm, reindex, name):
+    session = _streamed(lm, budget=150, chunks=4, reindex=reindex)
+    cache = session.memory
+    assert isinstance(cache, HermesCache) and cache.tokens_seen > 150  # compressed for real
+    before = [(k.clone(), v.clone()) for k, v in cache.kv()]
+    answer = session.ask(QUESTION, max_new_tokens=8)
+    tokens, logprobs = _generate(lm, cache, QUESTION, max_new_tokens=8, name=name)
+    assert lm.decode([t for t in tokens if t not in lm.eos_token_ids]) == answer.text
+    assert (logprobs - session.first_token_logprobs(QUESTION)).abs().max().item() < 1e-5
+    for (k0, v0), (k1, v1) in zip(before, cache.kv(), strict=True):
+        assert torch.equal(k0, k1) and torch.equal(v0, v1)  # generate left the memory bit-identical
+
+
+def test_storage_is_not_reallocated_once_the_budget_is_reached(lm):
+    session = _streamed(lm, budget=150, chunks=3)
+    storage = session.memory.storage()
+    for i in range(3, 10):
+        session.ingest(_chunk(i))
+        session.ask(QUESTION, max_new_tokens=4)
+        assert session.memory.storage() == storage, f"chunk {i} reallocated the cache"
+
+
+def test_the_memory_cannot_be_cropped(llava_lm):
+    cache = _streamed(llava_lm, budget=150, chunks=2).memory
+    with pytest.raises(ValueError, match="scratch tokens"):
+        cache.crop(-1)
+
+
+def test_example_script_answers_offline():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "library.py"), "--model", "tiny", "--budget", "256"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "frames streamed" in done.stdout and "\nA: " in done.stdout
