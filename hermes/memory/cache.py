@@ -131,11 +131,12 @@ class HermesLayer(CacheLayerMixin):
         return 0 if self._k is None else self._k.shape[-2]
 
     def reserve(self, n: int, total: int | None = None) -> None:
-        """Make room for `n` more tokens; when the buffer must grow, size it for `total` tokens."""
+        """Make room for `n` more tokens; when the buffer must grow, size it for `total` tokens,
+        or, when the total is unknown (a cache without a budget), half as much again as now."""
         need = self.length + n
         if need <= self.allocated:
             return
-        size = max(need, total or 0)
+        size = max(need, total if total is not None else self.allocated * 3 // 2)
         k = self._k.new_empty(*self._k.shape[:2], size, self._k.shape[-1])
         v = self._v.new_empty(*self._v.shape[:2], size, self._v.shape[-1])
         k[..., : self.length, :] = self.keys
