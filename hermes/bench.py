@@ -69,14 +69,6 @@ def load_bench_model(name: str, device: str | None = None, allow_cpu_7b: bool = 
     return load_video_lm(name, device=device)
 
 
-def kv_bytes_per_token(lm: VideoLM) -> int:
-    """Bytes one cached token takes over all layers: 2 (K and V) x layers x KV heads x head_dim x dtype."""
-    text = lm.text_config
-    head_dim = lm.attention_modules()[0].head_dim
-    itemsize = torch.empty((), dtype=lm.dtype).element_size()
-    return 2 * lm.num_layers * text.num_key_value_heads * head_dim * itemsize
-
-
 def prefill_bytes(per_token: int, cached: int, new: int) -> int:
     """Estimated peak bytes of prefilling `new` tokens after `cached` ones: the old and the grown cache
     side by side (transformers concatenates) plus a (new x all) attention mask at up to 4 bytes."""
@@ -234,7 +226,7 @@ def run_policy(
     _free(device)
     _reset_peak(device)
     session = StreamingSession(lm, config, policy=policy)
-    per_token = kv_bytes_per_token(lm)
+    per_token = lm.kv_bytes_per_token
     rng = np.random.default_rng(settings.seed)
     points: list[Point] = []
     window: list[ChunkReport] = []
@@ -340,7 +332,7 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
         "reindex": settings.config.reindex,
         "frame_size": settings.frame_size,
         "tokens_per_frame": _tokens_per_frame(lm, settings),
-        "kv_bytes_per_token": kv_bytes_per_token(lm),
+        "kv_bytes_per_token": lm.kv_bytes_per_token,
         "repeats": settings.repeats,
         "questions": list(settings.questions),
         "max_new_tokens": settings.max_new_tokens,

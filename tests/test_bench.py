@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hermes import bench
-from hermes.bench import BenchResult, BenchSettings, Point, headline, kv_bytes_per_token, prefill_bytes, run_bench
+from hermes.bench import BenchResult, BenchSettings, Point, headline, prefill_bytes, run_bench
 from hermes.cli.bench import add_bench_parser, parse_bytes, parse_ints
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def test_kv_bytes_per_token_matches_the_cache(lm) -> None:
     memory = StreamingSession(lm, HermesConfig(budget=BUDGET)).memory
-    assert kv_bytes_per_token(lm) * memory.prefix_len == memory.cache_bytes()
+    assert lm.kv_bytes_per_token * memory.prefix_len == memory.cache_bytes()
 
 
 def test_prefill_bytes() -> None:
@@ -83,7 +83,7 @@ def test_full_stops_at_the_memory_cap(llava_lm) -> None:
     frames = np.zeros((CHUNK, 384, 384, 3), dtype=np.uint8)
     new = llava_lm.chunk_inputs(frames, 0.5).num_tokens
     prefix = StreamingSession(llava_lm, HermesConfig(budget=BUDGET)).memory.prefix_len
-    per_token = kv_bytes_per_token(llava_lm)
+    per_token = llava_lm.kv_bytes_per_token
     hermes_needs = prefill_bytes(per_token, prefix + BUDGET + 1, new)
     full_needs = prefill_bytes(per_token, prefix + new, new)
     assert hermes_needs < full_needs
