@@ -362,9 +362,9 @@ def _median(point: Point | None, key: str = "ttft_ms") -> float | None:
 
 
 def headline(result: BenchResult) -> list[dict]:
-    """The headline efficiency ratios, as measured in this run (shown, not asserted): hermes TTFT
-    flat in the frames streamed, full over hermes TTFT, a constant cache past the budget, and the
-    compression cost per chunk against the prefill's."""
+    """The efficiency targets of docs/design.md, as measured in this run (shown, not asserted): hermes
+    TTFT flat in the frames streamed, full over hermes TTFT, a constant cache past the budget, and
+    the compression cost per chunk against the prefill's."""
     meta, frames = result.meta, sorted({p.frames for p in result.points})
     out: list[dict] = []
     lo, hi = frames[0], frames[-1]
