@@ -11,6 +11,11 @@ prefix, the slots the policy keeps, one chunk and a question margin (`reserve`).
 summary fold and re-indexing rewrite that buffer in place, so a stream past its budget allocates
 no new cache tensors. Every layer always has the same length: transformers sizes one attention
 mask from the first layer for all of them.
+
+In 16-bit caches each layer also keeps every slot's key as the model computed it, with the
+position it was computed at (its origin). A re-index rotates that origin key to the new position
+in one step and rounds once, so keys do not drift however many compactions a stream goes through
+(rotating the already rotated, already rounded key again would compound the rounding).
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.tiers import TierMap
 
 SUMMARY_ID = -1
+# Dtypes too coarse to rotate cached keys again and again: their layers keep origin keys.
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Bytes one token takes in a HermesCache over all layers: key, value and, in 16-bit caches,
+    the origin key."""
+    tensors = 3 if dtype in LOW_PRECISION else 2
+    return num_layers * tensors * kv_heads * head_dim * dtype.itemsize
 
 
 @dataclass
@@ -59,12 +73,14 @@ class HermesLayer(CacheLayerMixin):
         self.is_initialized = False
         self._k: torch.Tensor | None = None
         self._v: torch.Tensor | None = None
+        self._k0: torch.Tensor | None = None  # origin keys, in 16-bit caches only
         self.length = 0  # tokens held now, scratch tokens included
         self.committed = 0  # tokens that belong to the memory: prefix + slots
         self.prefix_len = 0
         self.stream_ids = torch.empty(0, dtype=torch.long)  # SUMMARY_ID for the summary slot
         self.frames = torch.empty(0, dtype=torch.long)  # -1 for the summary slot
         self.positions = torch.empty(rope.axes, 0, dtype=torch.long)
+        self.origins = torch.empty(rope.axes, 0, dtype=torch.long)  # where each slot's origin key was computed
         self.scores = torch.empty(0)  # last smoothed score, NaN if never scored
         self.summary_count = 0  # evicted tokens folded into the summary so far
 
@@ -86,6 +102,8 @@ class HermesLayer(CacheLayerMixin):
             raise ValueError(f"a HermesCache holds one stream (batch size 1), got batch size {key_states.shape[0]}")
         self._k = key_states.new_empty(*key_states.shape[:2], 0, key_states.shape[-1])
         self._v = value_states.new_empty(*value_states.shape[:2], 0, value_states.shape[-1])
+        if key_states.dtype in LOW_PRECISION:
+            self._k0 = self._k.new_empty(self._k.shape)
         self.is_initialized = True
 
     def update(
@@ -137,18 +155,22 @@ class HermesLayer(CacheLayerMixin):
         if need <= self.allocated:
             return
         size = max(need, total if total is not None else self.allocated * 3 // 2)
-        k = self._k.new_empty(*self._k.shape[:2], size, self._k.shape[-1])
-        v = self._v.new_empty(*self._v.shape[:2], size, self._v.shape[-1])
-        k[..., : self.length, :] = self.keys
-        v[..., : self.length, :] = self.values
-        self._k, self._v = k, v
+        self._k, self._v = (self._grown(t, size, self.length) for t in (self._k, self._v))
+        if self._k0 is not None:
+            self._k0 = self._grown(self._k0, size, self.committed)
+
+    @staticmethod
+    def _grown(t: torch.Tensor, size: int, used: int) -> torch.Tensor:
+        out = t.new_empty(*t.shape[:2], size, t.shape[-1])
+        out[..., :used, :] = t[..., :used, :]
+        return out
 
     def nbytes(self) -> int:
         """Bytes of keys and values of the memory (prefix and slots)."""
         if self._k is None:
             return 0
-        per_token = (self._k[..., :1, :].numel() + self._v[..., :1, :].numel()) * self._k.element_size()
-        return self.committed * per_token
+        tensors = 2 if self._k0 is None else 3
+        return self.committed * tensors * self._k.shape[1] * self._k.shape[-1] * self._k.element_size()
 
     # -- slots ----------------------------------------------------------------------------------
     @property
@@ -182,7 +204,10 @@ class HermesLayer(CacheLayerMixin):
         self.stream_ids = torch.cat([self.stream_ids, ids])
         self.frames = torch.cat([self.frames, meta.frames])
         self.positions = torch.cat([self.positions, meta.positions], dim=1)
+        self.origins = torch.cat([self.origins, meta.positions], dim=1)
         self.scores = torch.cat([self.scores, torch.full((n,), float("nan"))])
+        if self._k0 is not None:
+            self._k0[..., self.committed : self.length, :] = self._k[..., self.committed : self.length, :]
         self.committed = self.length
 
     def discard(self) -> None:
@@ -205,36 +230,47 @@ class HermesLayer(CacheLayerMixin):
         kept_slots = keep + off
         src = (p + kept_slots).to(self.device)
         head = 1 if summarise else 0
-        # index_select makes a temporary; the buffer itself is rewritten, never replaced.
-        self._k[..., p + head : p + head + keep.numel(), :] = self._k.index_select(-2, src)
-        self._v[..., p + head : p + head + keep.numel(), :] = self._v.index_select(-2, src)
+        # index_select makes a temporary; the buffers themselves are rewritten, never replaced.
+        for t in self._buffers():
+            t[..., p + head : p + head + keep.numel(), :] = t.index_select(-2, src)
         ids, frames = self.stream_ids[kept_slots], self.frames[kept_slots]
-        positions, new_scores = self.positions[:, kept_slots], scores.float()
+        positions, origins, new_scores = self.positions[:, kept_slots], self.origins[:, kept_slots], scores.float()
         if summarise:
-            self._k[..., p : p + 1, :] = k_sum
-            self._v[..., p : p + 1, :] = v_sum
+            for t, value in zip(self._buffers(), (k_sum, v_sum, k_sum), strict=False):
+                t[..., p : p + 1, :] = value
+            at_p = torch.full((self.rope.axes, 1), p, dtype=torch.long)
             ids = torch.cat([torch.tensor([SUMMARY_ID]), ids])
             frames = torch.cat([torch.tensor([-1]), frames])
-            positions = torch.cat([torch.full((self.rope.axes, 1), p, dtype=torch.long), positions], dim=1)
+            positions, origins = torch.cat([at_p, positions], dim=1), torch.cat([at_p, origins], dim=1)
             new_scores = torch.cat([torch.tensor([float("nan")]), new_scores])
             self.summary_count += evicted.numel()
-        self.stream_ids, self.frames, self.positions, self.scores = ids, frames, positions, new_scores
+        self.stream_ids, self.frames, self.scores = ids, frames, new_scores
+        self.positions, self.origins = positions, origins
         self.length = self.committed = p + ids.numel()
         return int(evicted.numel())
+
+    def _buffers(self) -> tuple[torch.Tensor, ...]:
+        """The storage laid out by slot: keys, values and, if kept, origin keys."""
+        return (self._k, self._v) if self._k0 is None else (self._k, self._v, self._k0)
+
+    def _origin_keys(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys to rotate from, and the positions they sit at: the origin keys where kept."""
+        return (self._k, self.positions) if self._k0 is None else (self._k0, self.origins)
 
     def _fold(self, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Algorithm 1 as a running mean: v = (n v + sum V_ev) / (n + m), keys phase-aligned first."""
         p = self.prefix_len
         idx = (p + evicted_slots).to(self.device)
-        k_ev = self._k.index_select(-2, idx)
+        keys, at = self._origin_keys()
+        k_ev = keys.index_select(-2, idx)
         v_ev = self._v.index_select(-2, idx)
         # Rotate every evicted key to the summary's position, so that they average in one phase.
-        k_ev = rotate_keys(k_ev, p - self.positions[:, evicted_slots], self.rope).float()
+        k_ev = rotate_keys(k_ev, p - at[:, evicted_slots], self.rope).float()
         n, m = self.summary_count, evicted_slots.numel()
         k_sum = k_ev.sum(dim=-2, keepdim=True)
         v_sum = v_ev.float().sum(dim=-2, keepdim=True)
         if self.has_summary:
-            k_sum = k_sum + n * self._k[..., p : p + 1, :].float()
+            k_sum = k_sum + n * keys[..., p : p + 1, :].float()
             v_sum = v_sum + n * self._v[..., p : p + 1, :].float()
         return (k_sum / (n + m)).to(self._k.dtype), (v_sum / (n + m)).to(self._v.dtype)
 
@@ -243,10 +279,10 @@ class HermesLayer(CacheLayerMixin):
         p, off = self.prefix_len, self.video_offset
         old = self.positions[:, off:]
         new = compact_positions(old, p + off)
-        delta = new - old
-        if bool(delta.any()):
+        if bool((new - old).any()):
             start, end = p + off, self.committed
-            self._k[..., start:end, :] = rotate_keys(self._k[..., start:end, :], delta, self.rope)
+            keys, at = self._origin_keys()
+            self._k[..., start:end, :] = rotate_keys(keys[..., start:end, :], new - at[:, off:], self.rope)
             self.positions = torch.cat([self.positions[:, :off], new], dim=1)
 
     def snapshot(self, tier) -> LayerSnapshot:
@@ -311,7 +347,7 @@ class HermesCache(Cache):
 
     def storage(self) -> list[int]:
         """The data pointers of every layer's key and value storage (they change only on growth)."""
-        return [t.data_ptr() for layer in self.layers for t in (layer._k, layer._v) if t is not None]
+        return [t.data_ptr() for layer in self.layers if layer.is_initialized for t in layer._buffers()]
 
     def video_tokens_per_layer(self) -> list[int]:
         """Video slots per layer (the summary slot not counted)."""

@@ -8,6 +8,7 @@ rotated by that axis' own delta.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,8 +58,9 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, spec: RopeSpec) -> torc
     """Apply RoPE(delta) to keys of shape (..., N, head_dim); delta is (axes, N) positions.
 
     The rotation runs in fp32 whatever the cache dtype (a bf16 angle of a large position is off by
-    whole radians), and the angles themselves in fp64: an fp32 product delta * theta of a shift of
-    30K positions is already off by 1e-3 rad. There are only N * head_dim/2 angles, so it is cheap.
+    whole radians). The angles are formed in fp64 and reduced modulo 2 pi there: an fp32 product
+    delta * theta of a shift of 30K positions is already off by 1e-3 rad, while cos and sin of
+    the reduced angle are exact enough in fp32 and many times cheaper than of the raw fp64 angle.
     """
     if delta.dim() == 1:
         delta = delta.unsqueeze(0)
@@ -69,10 +71,11 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, spec: RopeSpec) -> torc
     wide = torch.float32 if device.type == "mps" else torch.float64
     inv_freq = spec.inv_freq.to(device=device, dtype=wide)
     axes = spec.channel_axes().to(device)
-    angle = delta.to(device=device, dtype=wide)[axes].T * inv_freq  # (N, D/2)
-    emb = torch.cat((angle, angle), dim=-1)
+    angle = torch.remainder(delta.to(device=device, dtype=wide)[axes].T * inv_freq, 2 * math.pi).float()  # (N, D/2)
+    cos, sin = angle.cos(), angle.sin()
+    cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
     k = keys.float()
-    out = k * emb.cos().float() + _rotate_half(k) * emb.sin().float()
+    out = k * cos + _rotate_half(k) * sin
     return out.to(keys.dtype)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache
 
+from hermes.memory.cache import kv_bytes_per_token
 from hermes.memory.rope import RopeSpec
 
 SYSTEM_PROMPT = "You are a helpful assistant."
@@ -67,10 +68,10 @@ class VideoLM(ABC):
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes one token takes in the cache: keys and values of every layer."""
+        """Bytes one token takes in a HermesCache of this model, over all layers."""
         c = self.text_config
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        return self.num_layers * 2 * c.num_key_value_heads * head_dim * self.dtype.itemsize
+        return kv_bytes_per_token(self.num_layers, c.num_key_value_heads, head_dim, self.dtype)
 
     def attention_modules(self) -> list[torch.nn.Module]:
         """The self-attention module of each decoder layer, in order."""
