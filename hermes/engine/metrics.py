@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 
@@ -43,3 +44,14 @@ def memory_reading(device: torch.device) -> MemoryReading:
             process_rss(), torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
         )
     return MemoryReading(process_rss())
+
+
+def free_cached_memory(device: torch.device | None = None) -> None:
+    """Collect garbage and hand the allocator's cached GPU blocks back to the device.
+
+    After a run or a failed job, so that the next one starts from what is really in use. With
+    `device` None, the GPU's cache is emptied if CUDA has been used at all.
+    """
+    gc.collect()
+    if torch.cuda.is_initialized() if device is None else device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -3,13 +3,12 @@
 One `ModelWorker` thread makes every model call of the app: chunk prefills and compressions,
 building memories, and questions. Questions go ahead of queued chunks, so that a question waits
 for at most the chunk in flight. A job that raises (out of memory included) is reported to its
-owner and the thread carries on with the others. The streams it serves live in `hermes.serving.live`, the
-registry of all viewers' streams with admission control in `hermes.serving.registry`.
+owner and the thread carries on with the others. The streams it serves live in `hermes.serving.live`,
+the registry of all viewers' streams with admission control in `hermes.serving.registry`.
 """
 
 from __future__ import annotations
 
-import gc
 import heapq
 import itertools
 import logging
@@ -20,6 +19,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import torch
+
+from hermes.engine.metrics import free_cached_memory
 
 log = logging.getLogger(__name__)
 
@@ -195,10 +196,3 @@ def is_out_of_memory(exc: BaseException) -> bool:
     # The CPU allocator raises a plain RuntimeError ("DefaultCPUAllocator: not enough memory").
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and ("out of memory" in text or "not enough memory" in text)
-
-
-def free_cached_memory() -> None:
-    """Collect garbage and hand cached GPU blocks back, after a job ran out of memory."""
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
