@@ -14,8 +14,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-FALLBACK_MODEL = "tiny-24"
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="app.py", description="HERMES Live: chat with a video while it plays.")
@@ -37,24 +35,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def load_model(name: str, device: str | None = None):
-    """(model, load error or None): the requested model, or the tiny fallback and why."""
-    from hermes.models.loading import ModelLoadError, load_video_lm
-
-    try:
-        return load_video_lm(name, device=device), None
-    except ModelLoadError as exc:
-        logging.warning("%s; starting on %s (random weights) instead", exc, FALLBACK_MODEL)
-        return load_video_lm(FALLBACK_MODEL, device=device), str(exc)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from hermes.models.loading import DEFAULT_MODEL
+    # Imported here, so that --help answers before torch and gradio load.
+    from hermes.serving.model import DEFAULT_MODEL, load_model_or_fallback
     from ui import build_app, launch_options
 
-    lm, load_error = load_model(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, args.device)
+    name = args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL
+    lm, load_error = load_model_or_fallback(name, args.device)
     cap_mb = args.memory_cap_mb
     demo = build_app(
         lm,

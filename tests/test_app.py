@@ -192,10 +192,11 @@ def test_figures_stay_small_on_long_streams():
 
 def test_app_falls_back_to_the_tiny_model_with_a_banner(monkeypatch):
     import app as app_module
+    from hermes.serving.model import load_model_or_fallback
     from ui import random_weights_banner
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    lm, error = app_module.load_model("nobody/no-such-video-model")
+    lm, error = load_model_or_fallback("nobody/no-such-video-model")
     assert lm.random_weights and lm.num_layers == 24 and "no-such-video-model" in error
     banner = random_weights_banner(lm, error)
     assert "answers are noise" in banner and "memory dynamics are real" in banner and "tiny-24" in banner
