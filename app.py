@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # Imported here, so that --help answers before torch and gradio load.
-    from hermes.serving.model import DEFAULT_MODEL, load_model_or_fallback
+    from hermes.serving import DEFAULT_MODEL, load_model_or_fallback
     from ui import build_app, launch_options
 
     name = args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL

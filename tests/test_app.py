@@ -17,10 +17,15 @@ os.environ.setdefault("GRADIO_HEARTBEAT_INTERVAL", "0.5")
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-from hermes.memory.cache import LayerSnapshot, MemorySnapshot
-from hermes.memory.tiers import Tier
-from hermes.serving.live import LiveView, StreamSettings
-from hermes.serving.registry import StreamRegistry
+from hermes.serving import (
+    ChunkRecord,
+    LayerSnapshot,
+    LiveView,
+    MemorySnapshot,
+    StreamRegistry,
+    StreamSettings,
+    Tier,
+)
 from ui import build_app, figures, launch_options
 from ui.layout import MAX_UPLOAD
 
@@ -153,7 +158,6 @@ def snapshot(frames_per_layer: list[list[int]], budget: int = 4) -> MemorySnapsh
                 positions=np.arange(len(f))[None],
                 scores=np.zeros(len(f)),
                 summary_count=0,
-                attention=(np.arange(len(f)), np.linspace(0, 1, len(f))),
             )
         )
     cache_bytes = 8 * len(layers) * (2 + len(frames_per_layer[0]))  # 8 bytes a slot, 2 prefix slots
@@ -178,13 +182,33 @@ def test_figures_stay_small_on_long_streams():
     snap = snapshot([frames, frames, frames], budget=4096)
     assert figures.binned_profile(np.ones(4096))[0].size <= figures.MAX_SLOT_POINTS
     assert figures.profile_layers(snap) == [0, 1, 2]
-    assert figures.budget_bytes(snap) == pytest.approx(8 * 3 * (2 + 4096 + 1))
+    attention = tuple((np.arange(len(f)), np.linspace(0, 1, len(f))) for f in (frames, frames, frames))
+    assert figures.profile_layers(snap, (None, *attention[1:])) == [1, 2]  # sensory layers measure none
     view = LiveView(
-        version=1, settings=SMALL, snapshots={"hermes": snap}, frame_tokens=np.full(n, 196.0), frames_seen=n
+        version=1,
+        settings=SMALL,
+        snapshots={"hermes": snap},
+        frame_tokens=np.full(n, 196.0),
+        frames_seen=n,
+        attention={"hermes": attention},
     )
     fig = figures.retained_map_figure(view)
     assert len(fig.to_json()) < 40_000
     assert len(figures.attention_figure(view).to_json()) < 40_000
+
+
+def test_the_budget_line_is_the_published_budget_bytes():
+    snap = snapshot([[0, 1], [0, 1], [0, 1]])
+    record = ChunkRecord(1.0, 2, 4.0, {"hermes": 96, "fifo": 96}, {}, {}, rss_bytes=2**20, gpu_allocated_bytes=None)
+    view = LiveView(
+        version=1,
+        settings=SMALL,
+        snapshots={"hermes": snap, "fifo": snap},
+        history=(record,),
+        budget_bytes={"hermes": 5 * figures.MB, "fifo": 4 * figures.MB},
+    )
+    lines = [shape.y0 for shape in figures.performance_figure(view, gpu=False).layout.shapes]
+    assert lines == [5.0]  # one line for both: the larger cache (hermes keeps a summary slot more)
 
 
 # -- app.py ----------------------------------------------------------------------------------
@@ -192,7 +216,7 @@ def test_figures_stay_small_on_long_streams():
 
 def test_app_falls_back_to_the_tiny_model_with_a_banner(monkeypatch):
     import app as app_module
-    from hermes.serving.model import load_model_or_fallback
+    from hermes.serving import load_model_or_fallback
     from ui import random_weights_banner
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

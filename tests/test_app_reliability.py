@@ -21,8 +21,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 from hermes.engine.session import StreamingSession
+from hermes.serving import LiveStream, StreamSettings
 from hermes.serving.admission import cache_bytes_for
-from hermes.serving.live import LiveStream, StreamSettings
 from hermes.video.clips import make_clip
 from tests.helpers import hold_answers
 from tests.test_app import serve, text_of, wait_for
@@ -157,7 +157,7 @@ def test_other_sessions_keep_streaming_while_one_misbehaves(app, videos):
             with pytest.raises(AppError):
                 start(bad, videos[name])
         assert "No video yet" in text_of(ask(bad)[-1])
-        assert "limit is 1,000 characters" in text_of(ask(bad, "x" * 20_000)[-1])
+        assert "limit is 1,000" in text_of(ask(bad, "x" * 20_000)[-1])
         finished(good, 5)
         assert "TTFT" in text_of(ask(good)[-1]) and registry.worker.alive
     finally:
@@ -293,7 +293,7 @@ def test_a_tab_closed_mid_stream_frees_its_stream(app, videos):
     start(client, videos["long"], pace="1x")  # 12 s: still streaming when the tab goes
     assert wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] > 0)
     stream = stream_of(registry, client)
-    reader, memory = stream._reader, weakref.ref(stream._sessions["hermes"].memory)
+    reader, memory = stream._feed.thread, weakref.ref(stream._sessions["hermes"].memory)
     assert reader.is_alive() and stream.reserved_bytes > 0
     client.close()  # its heartbeat stops, as when a tab closes: the unload handler runs
 

@@ -14,7 +14,7 @@ import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from hermes.serving.live import StreamSettings
+from hermes.serving import StreamSettings
 from tests.test_app import serve
 
 CHROMIUM = Path("/usr/bin/chromium")

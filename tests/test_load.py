@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client, handle_file
 
-from hermes.serving.live import StreamSettings
+from hermes.serving import StreamSettings
 from hermes.video.clips import make_clip
 from tests.test_app import serve, text_of, wait_for
 

@@ -17,8 +17,9 @@ import torch
 from hermes.engine.session import MAX_QUESTION_CHARS, QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.serving.admission import Busy, cache_bytes_for, default_memory_cap, full_slot_limit, prefix_len
-from hermes.serving.live import LiveStream, StreamSettings
+from hermes.serving.live import LiveStream
 from hermes.serving.registry import StreamRegistry
+from hermes.serving.settings import StreamSettings
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority, is_out_of_memory
 from hermes.video.chunking import Chunker
 from hermes.video.decoding import VideoError
@@ -164,11 +165,18 @@ def test_pause_resume_and_stop_flush_what_was_read(stream, clips):
     assert stream.view().frames_seen == status.frames_read  # the partial chunk was flushed
 
 
-def test_compare_mode_runs_two_memories_on_one_stream(stream, clips):
-    streamed(stream, clips["short"], settings=StreamSettings(budget=400, chunk_frames=2, fps=0.5, compare=True))
+def test_compare_mode_runs_two_memories_on_one_stream(stream, llava_lm, clips):
+    settings = StreamSettings(budget=400, chunk_frames=2, fps=0.5, compare=True)
+    streamed(stream, clips["short"], settings=settings)
     view = stream.view()
     assert set(view.snapshots) == {"hermes", "fifo"}
     assert view.frames_in_memory["fifo"] <= view.frames_in_memory["hermes"]
+    # The budget line of each policy: the bytes its cache holds at |M| (hermes: one slot more, the summary).
+    one = {p: cache_bytes_for(llava_lm, dataclasses.replace(settings, policy=p, compare=False)) for p in view.snapshots}
+    assert view.budget_bytes == one and one["hermes"] > one["fifo"]
+    assert view.snapshots["fifo"].cache_bytes == one["fifo"]  # 4 frames, 786 tokens: past the budget
+    # The guidance attention of hermes' last compression, one record per layer; fifo runs no guidance.
+    assert list(view.attention) == ["hermes"] and len(view.attention["hermes"]) == llava_lm.num_layers
     done = [e for e in stream.ask("What happened?", max_new_tokens=3).events() if e.done]
     assert [e.policy for e in done] == ["hermes", "fifo"]
     assert {a.policy for a in stream.view().answers} == {"hermes", "fifo"}
@@ -450,7 +458,7 @@ def test_closing_a_tab_mid_stream_frees_its_memory_and_reader(llava_lm, clips):
         stream = registry.get("tab")
         stream.start_file(clips["short"], speed="1x")  # 8 s of video: still streaming below
         assert wait_for(lambda: stream.view().frames_seen > 0, 30)
-        reader, memory = stream._reader, weakref.ref(stream._sessions["hermes"].memory)
+        reader, memory = stream._feed.thread, weakref.ref(stream._sessions["hermes"].memory)
         assert reader.is_alive() and registry.reserved_bytes() > 0 and stream.status().state == "streaming"
         assert registry.close("tab")
         assert not reader.is_alive() and stream.status().state == "closed"

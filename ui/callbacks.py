@@ -13,12 +13,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.engine.session import QuestionError
-from hermes.serving.admission import Busy
-from hermes.serving.answers import AnswerEvent
-from hermes.serving.live import LiveStream, StreamSettings
-from hermes.serving.registry import StreamRegistry
-from hermes.video.decoding import VideoError
+from hermes.serving import AnswerEvent, Busy, LiveStream, QuestionError, StreamRegistry, StreamSettings, VideoError
 from ui import figures
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"

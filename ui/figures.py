@@ -11,9 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from hermes.memory.cache import LayerSnapshot, MemorySnapshot
-from hermes.memory.tiers import Tier
-from hermes.serving.live import ChunkRecord, LiveView
+from hermes.serving import AttentionLayers, ChunkRecord, LayerSnapshot, LiveView, MemorySnapshot, Tier
 
 MAX_FRAME_COLUMNS = 64
 MAX_SLOT_POINTS = 160
@@ -164,10 +162,15 @@ def retained_map_figure(view: LiveView) -> go.Figure:
 # -- attention profile -------------------------------------------------------------------------
 
 
-def profile_layers(snapshot: MemorySnapshot) -> list[int]:
-    """A shallow, a middle and a deep layer: the first layer, the middle of working memory, the last."""
-    working = [i for i, layer in enumerate(snapshot.layers) if layer.tier is Tier.WORKING]
-    picks = [0, working[len(working) // 2] if working else len(snapshot.layers) // 2, len(snapshot.layers) - 1]
+def profile_layers(snapshot: MemorySnapshot, attention: AttentionLayers | None = None) -> list[int]:
+    """A shallow, a middle and a deep layer among those with an attention record (all, without
+    `attention`): the shallowest, the middle of working memory, the deepest. HERMES measures no
+    attention in sensory layers, which score by recency alone."""
+    measured = [i for i in range(len(snapshot.layers)) if attention is None or attention[i] is not None]
+    if not measured:
+        return []
+    working = [i for i in measured if snapshot.layers[i].tier is Tier.WORKING]
+    picks = [measured[0], working[len(working) // 2] if working else measured[len(measured) // 2], measured[-1]]
     return list(dict.fromkeys(picks))
 
 
@@ -184,8 +187,9 @@ def attention_figure(view: LiveView) -> go.Figure:
     snap = view.snapshots.get("hermes")
     if snap is None:
         return placeholder("The FIFO and full-cache policies run no guidance pass: no attention to show.", 330)
-    layers = profile_layers(snap)
-    if all(snap.layers[i].attention is None for i in layers):
+    record = view.attention.get("hermes")  # per layer: (stream ids, weights) or None
+    layers = profile_layers(snap, record) if record is not None else []
+    if not layers:
         return placeholder("The attention profile appears at the first compression (when the memory is full).", 330)
     fig = make_subplots(
         rows=len(layers),
@@ -195,10 +199,7 @@ def attention_figure(view: LiveView) -> go.Figure:
         subplot_titles=[f"layer {i} · {snap.layers[i].tier.value}" for i in layers],
     )
     for row, i in enumerate(layers, start=1):
-        attention = snap.layers[i].attention
-        if attention is None:
-            continue
-        x, y = binned_profile(attention[1].astype(float))
+        x, y = binned_profile(record[i][1].astype(float))
         color = TIER_COLORS[snap.layers[i].tier]
         fig.add_trace(
             go.Scatter(
@@ -222,15 +223,6 @@ def attention_figure(view: LiveView) -> go.Figure:
 
 
 # -- TTFT and memory -----------------------------------------------------------------------------
-
-
-def budget_bytes(snapshot: MemorySnapshot) -> float:
-    """Cache bytes once every layer holds the prefix, the summary slot and |M| video slots."""
-    per_layer_slots = snapshot.prefix_len + (snapshot.layers[0].stream_ids.size if snapshot.layers else 0)
-    if not snapshot.layers or per_layer_slots == 0:
-        return 0.0
-    per_slot = snapshot.cache_bytes / (len(snapshot.layers) * per_layer_slots)
-    return per_slot * len(snapshot.layers) * (snapshot.prefix_len + snapshot.budget + 1)
 
 
 def _thin(records: tuple[ChunkRecord, ...]) -> list[ChunkRecord]:
@@ -296,8 +288,8 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             row=1,
             col=2,
         )
-    budgets = [budget_bytes(snap) for policy, snap in view.snapshots.items() if policy != "full"]
-    if budgets:  # HERMES and FIFO share |M|: one line
+    budgets = [b for policy, b in view.budget_bytes.items() if policy != "full"]
+    if budgets:  # HERMES and FIFO share |M|: one line, at the larger of their caches
         fig.add_hline(
             y=max(budgets) / MB,
             line={"color": "#111827", "dash": "dash", "width": 1},

@@ -7,10 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.memory.tiers import Tier, TierMap
-from hermes.models.base import VideoLM
-from hermes.serving.live import POLICIES, SPEEDS, StreamSettings
-from hermes.serving.registry import StreamRegistry
+from hermes.serving import POLICIES, SPEEDS, StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
 from ui import figures
 from ui.callbacks import DEFAULT_SAMPLE, SAMPLES, Callbacks
 
@@ -37,8 +34,9 @@ MAP_CAPTION = (
 ATTENTION_CAPTION = (
     "**Attention profile** (the paper's Figure 2, live). While the video streams, nobody has asked anything "
     "yet, so HERMES asks a *guidance prompt* instead and measures how much it attends to each cached video "
-    "slot, here for a shallow, a middle and a deep layer at the last compression (oldest slots left). In "
-    "trained models shallow layers look mostly at recent slots and deep layers at a few anchors; HERMES "
+    "slot, here for a shallow, a middle and a deep layer at the last compression (oldest slots left; sensory "
+    "layers score by recency alone, so the shallowest measured one is the first of working memory). In "
+    "trained models shallower layers look mostly at recent slots and deep layers at a few anchors; HERMES "
     "scores tokens to match. Each point is the largest weight among neighbouring slots."
 )
 PERFORMANCE_CAPTION = (
@@ -50,10 +48,11 @@ PERFORMANCE_CAPTION = (
 )
 
 
-def model_line(lm: VideoLM) -> str:
-    """One line about the model: name, architecture, layers per tier and device."""
-    tiers = TierMap.partition(lm.num_layers)
-    counts = " / ".join(f"{len(tiers.layers(t))} {t.value}" for t in Tier)
+def model_line(lm: VideoLM, settings: StreamSettings) -> str:
+    """One line about the model: name, architecture, layers per tier (as the memories of
+    `settings` split them) and device."""
+    tiers = layer_tiers(lm, settings)
+    counts = " / ".join(f"{tiers.count(t)} {t.value}" for t in Tier)
     weights = "random weights" if lm.random_weights else "trained weights"
     return f"Model `{lm.source}` · {lm.arch} · {lm.num_layers} layers ({counts}) · {weights} · {lm.device.type}"
 
@@ -106,7 +105,7 @@ def build_app(
             "<div class='hero'><h1>HERMES Live</h1><p>Chat with a video while it plays. The video streams into "
             "a video LLM chunk by chunk; its KV cache is kept at a fixed size as a <em>hierarchical memory</em> "
             "(HERMES, arXiv 2601.14724), so answers come at once, however long the stream.</p>"
-            f"<p class='model-line'>{html.escape(model_line(lm)).replace('`', '')}</p></div>"
+            f"<p class='model-line'>{html.escape(model_line(lm, s)).replace('`', '')}</p></div>"
         )
         if banner:
             gr.HTML(banner)

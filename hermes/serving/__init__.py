@@ -1,1 +1,44 @@
-"""Serving many viewers: stream settings, sources, live streams, the model worker, admission."""
+"""Serving many viewers: stream settings, sources, live streams, the model worker, admission.
+
+The names below are what the UI (ui/, app.py) uses; it imports nothing from the layers under
+serving, so the types it draws from (snapshots, tiers, errors) are re-exported here.
+"""
+
+from hermes.engine.session import QuestionError
+from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
+from hermes.memory.tiers import Tier
+from hermes.models.base import VideoLM
+from hermes.serving.admission import Busy
+from hermes.serving.answers import AnswerEvent, AnswerTicket
+from hermes.serving.live import LiveStream
+from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
+from hermes.serving.registry import StreamRegistry
+from hermes.serving.settings import COMPARE_POLICIES, POLICIES, SPEEDS, StreamSettings, layer_tiers
+from hermes.serving.view import AttentionLayers, ChunkRecord, LiveView, StreamStatus
+from hermes.video.decoding import VideoError
+
+__all__ = [
+    "COMPARE_POLICIES",
+    "DEFAULT_MODEL",
+    "FALLBACK_MODEL",
+    "POLICIES",
+    "SPEEDS",
+    "AnswerEvent",
+    "AnswerTicket",
+    "AttentionLayers",
+    "Busy",
+    "ChunkRecord",
+    "LayerSnapshot",
+    "LiveStream",
+    "LiveView",
+    "MemorySnapshot",
+    "QuestionError",
+    "StreamRegistry",
+    "StreamSettings",
+    "StreamStatus",
+    "Tier",
+    "VideoError",
+    "VideoLM",
+    "layer_tiers",
+    "load_model_or_fallback",
+]

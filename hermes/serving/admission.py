@@ -16,7 +16,6 @@ No Gradio here; `hermes.serving.registry` applies these numbers to the streams o
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import psutil
 import torch
@@ -24,9 +23,7 @@ import torch
 from hermes.memory.config import HermesConfig
 from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM
-
-if TYPE_CHECKING:
-    from hermes.serving.live import StreamSettings
+from hermes.serving.settings import StreamSettings
 
 MB = 1024 * 1024
 # CPU: at most this much of the cache memory by default, and never more than half the free RAM.
@@ -40,13 +37,6 @@ CAP_ENV = "HERMES_MEMORY_CAP_MB"
 
 class Busy(RuntimeError):
     """Admission control refused a new stream; the message says why and what to do."""
-
-
-def kv_bytes_per_token(lm: VideoLM) -> int:
-    """Bytes one token takes in the cache: keys and values of every layer."""
-    c = lm.text_config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return lm.num_layers * 2 * c.num_key_value_heads * head_dim * lm.dtype.itemsize
 
 
 def prefix_len(lm: VideoLM) -> int:
@@ -63,20 +53,24 @@ def full_slot_limit(lm: VideoLM, config: HermesConfig) -> int:
 
 def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
     """Slots after the prefix that each layer holds once the budget is reached."""
-    capacity = make_policy(policy, config).capacity()
+    capacity = make_policy(policy, config).capacity
     return full_slot_limit(lm, config) if capacity is None else capacity
+
+
+def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: str) -> int:
+    """The bytes one memory of `policy` holds once its budget is reached (for `full`: at its bound)."""
+    return (prefix_len(lm) + slots_per_layer(lm, config, policy)) * lm.kv_bytes_per_token
 
 
 def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
     """The bytes a stream's caches hold once its budget is reached (for `full`: at its bound).
 
-    Equals `HermesMemory.cache_bytes()` summed over the stream's sessions from the chunk that
+    Equals the memories' `cache_bytes()` summed over the stream's sessions from the chunk that
     reaches the budget on; a chunk's prefill briefly adds its own tokens on top (the margin of
     `default_memory_cap` covers that, since only one job runs at a time).
     """
     config = settings.config()
-    per_token, prefix = kv_bytes_per_token(lm), prefix_len(lm)
-    return sum((prefix + slots_per_layer(lm, config, p)) * per_token for p in settings.policies)
+    return sum(policy_cache_bytes(lm, config, p) for p in settings.policies)
 
 
 def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int:

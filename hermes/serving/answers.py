@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hermes.engine.session import MAX_QUESTION_CHARS, AnswerUpdate, QuestionError
+from hermes.engine.session import AnswerUpdate
 from hermes.serving.worker import is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
@@ -86,18 +86,6 @@ class AnswerTicket:
             if event is None:
                 return
             yield event
-
-
-def validate_question(question: str | None) -> str:
-    """The question, stripped; QuestionError for an empty or over-long one (before any queueing)."""
-    q = (question or "").strip()
-    if not q:
-        raise QuestionError("The question is empty: type something to ask about the video.")
-    if len(q) > MAX_QUESTION_CHARS:
-        raise QuestionError(
-            f"The question is {len(q):,} characters long; the limit is {MAX_QUESTION_CHARS:,} characters."
-        )
-    return q
 
 
 def job_error_message(exc: BaseException, where: str, advice: str = "") -> str:

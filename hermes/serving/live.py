@@ -1,145 +1,41 @@
-"""One viewer's live stream: its source, memories, chat and the numbers the UI draws.
+"""One viewer's live stream: a source feeding memories, questions on them, views for the UI.
 
 A `LiveStream` holds one `StreamingSession` per policy (two in compare mode), all over the one
-read-only model, and the source that feeds them: a file read at a chosen pace by a reader thread,
-or webcam frames. All model work goes to the shared `ModelWorker` (hermes.serving.worker) as jobs, and
-answers come back on tickets (hermes.serving.answers). The UI never touches a session: it reads the
-immutable `LiveView` that the worker publishes after each job. No Gradio here, so all of it runs
-(and is tested) headless.
+read-only model, and composes the parts of a stream: its settings (hermes.serving.settings), a
+source of chunks (hermes.serving.sources), the chat (hermes.serving.chat) and the views the UI
+reads (hermes.serving.view). All model work goes to the shared `ModelWorker` (hermes.serving.worker)
+as jobs, and answers come back on tickets (hermes.serving.answers). The UI never touches a session:
+it reads the immutable `LiveView` published after each job. No Gradio here, so all of it runs (and
+is tested) headless.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
-from hermes.engine.session import MAX_NEW_TOKENS, QuestionError, StreamingSession
-from hermes.memory.cache import MemorySnapshot
-from hermes.memory.config import HermesConfig
+from hermes.engine.session import MAX_NEW_TOKENS, QuestionError, StreamingSession, validate_question
 from hermes.models.base import VideoLM
-from hermes.serving.admission import full_slot_limit
-from hermes.serving.answers import AnswerEvent, AnswerTicket, job_error_message, validate_question
+from hermes.serving.admission import full_slot_limit, policy_cache_bytes
+from hermes.serving.answers import AnswerEvent, AnswerTicket, job_error_message
+from hermes.serving.chat import Chat
+from hermes.serving.settings import SPEEDS, StreamSettings
+from hermes.serving.sources import FileSource, Source, WebcamSource
+from hermes.serving.view import LiveView, StreamStatus, metrics_of
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
-from hermes.video.chunking import Chunker
-from hermes.video.decoding import VideoError, VideoFile, VideoInfo, probe
+from hermes.video.decoding import VideoInfo, probe
 
-log = logging.getLogger(__name__)
-
-POLICIES = ("hermes", "fifo", "full")
-COMPARE_POLICIES = ("hermes", "fifo")
-SPEEDS: dict[str, float | None] = {"1x": 1.0, "2x": 2.0, "4x": 4.0, "max": None}
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
 # falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
 MAX_CHUNK_BACKLOG = 2
-THUMB_SIDE = 360
-HISTORY_LIMIT = 2000
-ANSWER_LIMIT = 500
 WEBCAM_ACTIVE_S = 3.0
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    """What a stream's memories are built with; applied when the stream is (re)started."""
-
-    policy: str = "hermes"
-    budget: int = 1024
-    chunk_frames: int = 4
-    fps: float = 1.0
-    reindex: str = "lazy"
-    compare: bool = False
-    # Positions the memories may use (None: the model's max_position_embeddings). The full policy
-    # stops there; lower it to bound full streams sooner.
-    max_positions: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {self.policy!r}")
-        self.config()  # HermesConfig validates the numbers, with clear messages
-
-    @property
-    def policies(self) -> tuple[str, ...]:
-        """The policies to run: HERMES and FIFO side by side in compare mode."""
-        return COMPARE_POLICIES if self.compare else (self.policy,)
-
-    def config(self) -> HermesConfig:
-        return HermesConfig(
-            budget=int(self.budget),
-            chunk_frames=int(self.chunk_frames),
-            fps=float(self.fps),
-            reindex=self.reindex,
-            max_positions=self.max_positions,
-        )
-
-
-@dataclass(frozen=True)
-class ChunkRecord:
-    """One row of a stream's metrics history, taken after a chunk was ingested."""
-
-    at_s: float  # wall-clock seconds since the stream started
-    frames_seen: int
-    stream_time_s: float
-    cache_bytes: dict[str, int]
-    prefill_ms: dict[str, float]
-    compress_ms: dict[str, float]
-    rss_bytes: int
-    gpu_allocated_bytes: int | None
-
-
-@dataclass(frozen=True)
-class LiveView:
-    """Everything the UI draws, as published after the last job; never mutated."""
-
-    version: int
-    settings: StreamSettings
-    snapshots: dict[str, MemorySnapshot] = field(default_factory=dict)
-    frame_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))  # tokens per frame index at prefill
-    frames_seen: int = 0
-    stream_time_s: float = 0.0
-    chunks: int = 0
-    frame_image: np.ndarray | None = None  # the last frame the model consumed, downscaled
-    history: tuple[ChunkRecord, ...] = ()
-    answers: tuple[AnswerEvent, ...] = ()
-    frames_in_memory: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StreamStatus:
-    """What the stream is doing right now (cheap to read on every UI tick)."""
-
-    state: str  # idle | starting | streaming | paused | finishing | finished | stopped | error | closed
-    source: str | None
-    speed: str
-    frames_read: int
-    queued_chunks: int
-    dropped_frames: int
-    error: str | None
-    note: str | None = None  # why the stream stopped by itself, when it was not an error
-
-
-def thumbnail(image: np.ndarray, side: int = THUMB_SIDE) -> np.ndarray:
-    """A copy of an RGB frame whose longer side is at most `side` pixels."""
-    h, w = image.shape[:2]
-    if max(h, w) <= side:
-        return image.copy()
-    scale = side / max(h, w)
-    return np.asarray(Image.fromarray(image).resize((max(1, round(w * scale)), max(1, round(h * scale)))))
-
-
-def frames_in_memory(snapshot: MemorySnapshot) -> int:
-    """Distinct frames of which some layer still keeps at least one token."""
-    frames = np.concatenate([layer.frames for layer in snapshot.layers]) if snapshot.layers else np.zeros(0)
-    return int(np.unique(frames[frames >= 0]).size)
 
 
 class LiveStream:
@@ -165,30 +61,22 @@ class LiveStream:
         self.key = key
         self._admit = admit
         self._lock = threading.RLock()
-        self._generation = 0
+        self._generation = 0  # bumped by every reset and by close: older jobs and writes are stale
         self._sessions: dict[str, StreamingSession] = {}  # only the model thread touches these
-        self._resume = threading.Event()
-        self._resume.set()
-        self._reader: threading.Thread | None = None
-        self._stop_reader = threading.Event()
-        self._flush_on_stop = True
-        self._webcam: Chunker | None = None
-        self._last_webcam = 0.0
         self._sessions_gen = -1
-        self._source: str | None = None
+        self._full_limit: int | None = None  # slots per layer at which a full stream stops
+        self._feed: Source | None = None
+        self._source: str | None = None  # the source's name, for the status
         self._state = "starting"
         self._error: str | None = None
         self._note: str | None = None
         self._memory_failed = False  # a model job failed: the memories may be half-updated
-        self._full_limit: int | None = None  # slots per layer at which a full stream stops
-        self._frames_read = 0
-        self._dropped = 0
         self._started = time.monotonic()
         self._notices: list[str] = []
         self.settings = settings or StreamSettings()
         self.speed = "1x"
         self._view = LiveView(version=0, settings=self.settings)
-        self.chat: list[dict] = []
+        self.chat = Chat()
         self.closed = False
         self.reserved_bytes = 0
         self.last_active = time.monotonic()
@@ -209,23 +97,18 @@ class LiveStream:
         self.reserved_bytes = 0
 
     def _reset(self, settings: StreamSettings) -> None:
-        self._stop_source(flush=False)
+        self._stop_feed(flush=False)
         with self._lock:
             self._check_open()
             self._generation += 1
             gen = self._generation
             self.settings = settings
-            self.chat = []
-            self._source = None
+            self.chat.clear(gen)
+            self._feed = self._source = None
             self._state = "starting"
-            self._error = None
-            self._note = None
+            self._error = self._note = None
             self._memory_failed = False
-            self._frames_read = 0
-            self._dropped = 0
             self._started = time.monotonic()
-            self._resume.set()
-            self._webcam = None
             self._notices = []
             self._view = LiveView(version=self._view.version + 1, settings=settings)
         self.worker.cancel(self.key)
@@ -247,13 +130,19 @@ class LiveStream:
         self._reset(settings)
         with self._lock:
             gen = self._generation
-            self._source = info.name
-            self._state = "streaming"
-            self._stop_reader = threading.Event()
-            self._flush_on_stop = True
-            args = (gen, Path(path), self._stop_reader)
-            self._reader = threading.Thread(target=self._read_file, args=args, name=f"read-{self.key}", daemon=True)
-            self._reader.start()
+            feed = FileSource(
+                Path(path),
+                settings.chunk_frames,
+                settings.fps,
+                lambda: SPEEDS[self.speed],
+                on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
+                has_room=lambda timeout: self.worker.wait_backlog(self.key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
+                on_end=lambda: self._on_end(gen),
+                on_error=lambda message: self._fail(gen, message),
+                name=f"read-{self.key}",
+            )
+            self._feed, self._source, self._state = feed, info.name, "streaming"
+            feed.start()
         return info
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None) -> None:
@@ -270,23 +159,17 @@ class LiveStream:
                 self._admit(self, settings)
             self._reset(settings)
             with self._lock:
-                self._source = "webcam"
-                self._state = "streaming"
-                self._webcam = Chunker(self.settings.chunk_frames, fps=self.settings.fps)
-        with self._lock:
-            if self._webcam is None or self._state != "streaming":
-                return
-            self._last_webcam = time.monotonic()
-            chunk = self._webcam.push(image)
-            self._frames_read = self._webcam.next_index + self._webcam.pending
-            gen = self._generation
-        if chunk is None:
-            return
-        if self.worker.backlog(self.key, Priority.CHUNK) >= MAX_CHUNK_BACKLOG:
-            with self._lock:
-                self._dropped += chunk.num_frames
-            return
-        self._submit_chunk(gen, chunk)
+                gen = self._generation
+                self._feed = WebcamSource(
+                    settings.chunk_frames,
+                    settings.fps,
+                    on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
+                    has_room=lambda: self.worker.backlog(self.key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
+                )
+                self._source, self._state = "webcam", "streaming"
+        feed = self._feed
+        if isinstance(feed, WebcamSource):
+            feed.push(image)
 
     def set_speed(self, speed: str) -> None:
         """Pace of a file stream: "1x" (real time), "2x", "4x" or "max"; applies at once."""
@@ -297,31 +180,32 @@ class LiveStream:
     def pause(self) -> None:
         """Hold the source; chunks already queued still reach the model."""
         with self._lock:
-            if self._state == "streaming":
-                self._resume.clear()
+            if self._state == "streaming" and self._feed is not None:
+                self._feed.pause()
                 self._state = "paused"
 
     def resume(self) -> None:
         with self._lock:
-            if self._state == "paused":
+            if self._state == "paused" and self._feed is not None:
                 self._state = "streaming"
-                self._resume.set()
+                self._feed.resume()
 
     def stop(self) -> None:
         """End the source; the frames read so far reach the model, and questions still work."""
         with self._lock:
             if self._state in ("streaming", "paused"):
                 self._state = "stopped"
-        self._stop_source(flush=True)
+        self._stop_feed(flush=True)
 
     def close(self) -> None:
         """Free everything: the source, queued jobs and (on the model thread) the memories."""
         if self.closed:
             return
-        self._stop_source(flush=False)
+        self._stop_feed(flush=False)
         with self._lock:
             self.closed = True
             self._generation += 1  # an answer being decoded stops at its next token
+            self.chat.clear(self._generation)
             self._state = "closed"
         self.reserved_bytes = 0
         self.worker.cancel(self.key)
@@ -359,10 +243,10 @@ class LiveStream:
 
     def status(self) -> StreamStatus:
         with self._lock:
-            state = self._state
+            state, feed = self._state, self._feed
             queued = self.worker.backlog(self.key, Priority.CHUNK)
-            if state == "streaming" and self._source == "webcam":
-                if time.monotonic() - self._last_webcam > WEBCAM_ACTIVE_S:
+            if state == "streaming" and isinstance(feed, WebcamSource):
+                if time.monotonic() - feed.last_frame_at > WEBCAM_ACTIVE_S:
                     state = "waiting for the webcam"
             elif state in ("finished", "stopped") and queued:
                 state = "finishing"
@@ -370,9 +254,9 @@ class LiveStream:
                 state=state,
                 source=self._source,
                 speed=self.speed,
-                frames_read=self._frames_read,
+                frames_read=feed.frames_read if feed is not None else 0,
                 queued_chunks=queued,
-                dropped_frames=self._dropped,
+                dropped_frames=feed.dropped_frames if feed is not None else 0,
                 error=self._error,
                 note=self._note,
             )
@@ -389,149 +273,55 @@ class LiveStream:
             return out
 
     def chat_messages(self) -> list[dict]:
-        with self._lock:
-            return [dict(m) for m in self.chat]
+        return self.chat.messages()
 
     def add_message(self, message: dict, generation: int | None = None) -> int:
-        """Append a chat message; returns its index, for `set_message`.
-
-        With `generation` (an answer ticket's), a message from before a reset is dropped (-1):
-        the chat it belonged to is gone.
-        """
-        with self._lock:
-            if generation is not None and generation != self._generation:
-                return -1
-            self.chat.append(message)
-            return len(self.chat) - 1
+        """Append a chat message; returns its index, for `set_message` (-1: `generation` is stale)."""
+        return self.chat.add(message, generation)
 
     def set_message(self, index: int, message: dict, generation: int | None = None) -> None:
-        with self._lock:
-            if generation is not None and generation != self._generation:
-                return
-            if 0 <= index < len(self.chat):
-                self.chat[index] = message
+        self.chat.set(index, message, generation)
 
     def metrics(self) -> dict:
         """Plain-data numbers for the API and the UI's details panel."""
-        view, status = self.view(), self.status()
-        last = view.history[-1] if view.history else None
-        reading = memory_reading(self.lm.device)
-        return {
-            "model": self.lm.source,
-            "random_weights": self.lm.random_weights,
-            "state": status.state,
-            "source": status.source,
-            "speed": status.speed,
-            "error": status.error,
-            "note": status.note,
-            "reserved_bytes": self.reserved_bytes,
-            "settings": dataclasses.asdict(view.settings),
-            "frames_read": status.frames_read,
-            "frames_seen": view.frames_seen,
-            "stream_time_s": view.stream_time_s,
-            "chunks": view.chunks,
-            "queued_chunks": status.queued_chunks,
-            "dropped_frames": status.dropped_frames,
-            "frames_in_memory": dict(view.frames_in_memory),
-            "cache_bytes": {p: s.cache_bytes for p, s in view.snapshots.items()},
-            "video_tokens_per_layer": {
-                p: [int((layer.stream_ids >= 0).sum()) for layer in s.layers] for p, s in view.snapshots.items()
-            },
-            "last_chunk": None if last is None else {"prefill_ms": last.prefill_ms, "compress_ms": last.compress_ms},
-            "rss_bytes": reading.rss_bytes,
-            "gpu_allocated_bytes": reading.gpu_allocated_bytes,
-            "answers": [dataclasses.asdict(a) for a in view.answers[-20:]],
-        }
+        lm = self.lm
+        reading = memory_reading(lm.device)
+        return metrics_of(self.view(), self.status(), reading, lm.source, lm.random_weights, self.reserved_bytes)
 
-    # -- internals: UI threads ----------------------------------------------------------------
+    # -- internals: UI and source threads ------------------------------------------------------
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("this stream was closed (its tab went away)")
 
-    def _stop_source(self, flush: bool) -> None:
-        reader = self._reader
-        self._flush_on_stop = flush
-        self._stop_reader.set()
-        self._resume.set()
-        if reader is not None and reader is not threading.current_thread():
-            reader.join(timeout=10.0)
-        self._reader = None
-        with self._lock:
-            webcam, self._webcam = self._webcam, None
-            gen = self._generation
-        if webcam is not None and flush:
-            tail = webcam.flush()
-            if tail is not None:
-                self._submit_chunk(gen, tail)
+    def _stop_feed(self, flush: bool) -> None:
+        feed = self._feed
+        if feed is not None:
+            feed.stop(flush)
+            feed.join()
 
-    # -- internals: the reader thread -----------------------------------------------------------
-    def _read_file(self, gen: int, path: Path, stop: threading.Event) -> None:
-        settings = self.settings
-        chunker = Chunker(settings.chunk_frames)
-        try:
-            with VideoFile(path) as video:
-                prev_t: float | None = None
-                for frame in video.frames(settings.fps):
-                    speed = SPEEDS[self.speed]
-                    due = time.monotonic() + (frame.t - prev_t) / speed if prev_t is not None and speed else 0.0
-                    if not self._wait(due, stop):  # also where a paused stream waits
-                        break
-                    prev_t = frame.t
-                    chunk = chunker.push(frame)
-                    with self._lock:
-                        self._frames_read += 1
-                    if chunk is not None and not self._enqueue_paced(gen, chunk, stop):
-                        break
-        except VideoError as exc:
-            self._fail(gen, str(exc))
-            return
-        except Exception as exc:  # keep the process alive whatever the decoder does
-            log.exception("reading %s failed", path)
-            self._fail(gen, f"Reading {path.name} failed: {exc}")
-            return
-        if self._flush_on_stop or not stop.is_set():
-            tail = chunker.flush()
-            if tail is not None:
-                self._submit_chunk(gen, tail)
-        # Only now, with the last chunk queued: "finished" with nothing queued means done.
+    def _on_end(self, gen: int) -> None:
         with self._lock:
-            if not stop.is_set() and self._generation == gen and self._state in ("streaming", "paused"):
+            if self._generation == gen and self._state in ("streaming", "paused"):
                 self._state = "finished"
 
-    def _wait(self, until: float, stop: threading.Event) -> bool:
-        """Sleep until the monotonic time `until`, longer while paused; False once stopped."""
-        while not stop.is_set():
-            if not self._resume.is_set():
-                paused_at = time.monotonic()
-                self._resume.wait(0.1)
-                until += time.monotonic() - paused_at  # pausing shifts the stream's clock
-                continue
-            left = until - time.monotonic()
-            if left <= 0:
-                return True
-            stop.wait(min(left, 0.1))
-        return False
-
-    def _enqueue_paced(self, gen: int, chunk: Chunk, stop: threading.Event) -> bool:
-        """Queue a chunk once the backlog allows; False if stopped while waiting."""
-        while not self.worker.wait_backlog(self.key, Priority.CHUNK, MAX_CHUNK_BACKLOG, 0.1):
-            if stop.is_set():
-                return False
-        self._submit_chunk(gen, chunk)
-        return True
-
-    def _fail(self, gen: int, message: str, memory_failed: bool = False) -> None:
+    def _halt(self, gen: int, state: str, message: str, *, error: bool, memory_failed: bool = False) -> None:
+        """Stop the source of generation `gen` by itself (an error, or a bound reached), saying why."""
         with self._lock:
-            if self._generation != gen:
+            if self._generation != gen or (not error and self._state not in ("streaming", "paused")):
                 return
-            self._state = "error"
-            self._error = message
+            self._state = state
+            if error:
+                self._error = message
+            else:
+                self._note = message
             self._memory_failed = self._memory_failed or memory_failed
             self._notices.append(message)
-            self._flush_on_stop = False
-            self._stop_reader.set()
-            self._resume.set()
-            self._webcam = None
+            feed = self._feed
+        if feed is not None:
+            feed.stop(flush=False)
+
+    def _fail(self, gen: int, message: str, memory_failed: bool = False) -> None:
+        self._halt(gen, "error", message, error=True, memory_failed=memory_failed)
 
     # -- internals: jobs on the model thread ----------------------------------------------------
     def _submit_chunk(self, gen: int, chunk: Chunk) -> None:
@@ -544,6 +334,12 @@ class LiveStream:
         if not isinstance(exc, JobCancelled):
             self._fail(gen, job_error_message(exc, "on this stream", " Press Reset to start over."), True)
 
+    def _publish(self, gen: int, view: LiveView) -> None:
+        """Make `view` the one the UI reads, unless the stream was reset since generation `gen`."""
+        with self._lock:
+            if gen == self._generation:
+                self._view = view
+
     def _build(self, gen: int, settings: StreamSettings) -> None:
         if gen != self._generation:
             return
@@ -553,11 +349,11 @@ class LiveStream:
         self._full_limit = full_slot_limit(self.lm, config) if "full" in self._sessions else None
         self._sessions_gen = gen
         snapshots = {p: s.snapshot() for p, s in self._sessions.items()}
+        budget_bytes = {p: policy_cache_bytes(self.lm, config, p) for p in settings.policies}
         with self._lock:
-            if gen == self._generation:
-                if self._state == "starting":
-                    self._state = "idle"
-                self._view = dataclasses.replace(self._view, version=self._view.version + 1, snapshots=snapshots)
+            if gen == self._generation and self._state == "starting":
+                self._state = "idle"
+        self._publish(gen, self._view.next(snapshots=snapshots, budget_bytes=budget_bytes))
 
     def _ingest(self, gen: int, chunk: Chunk) -> None:
         # Skip chunks of an older generation, of a memory that failed, or past the full bound.
@@ -565,41 +361,17 @@ class LiveStream:
             return
         reports = {p: s.ingest(chunk) for p, s in self._sessions.items()}
         snapshots = {p: s.snapshot() for p, s in self._sessions.items()}
-        report = next(iter(reports.values()))
+        at_s = time.monotonic() - self._started
         reading = memory_reading(self.lm.device)
-        # Tokens each frame had when prefilled: the denominator of the retained-token map.
-        multiple = self.lm.frame_multiple
-        prefilled = -(-chunk.num_frames // multiple) * multiple
-        per_frame = np.full(chunk.num_frames, report.tokens / prefilled)
-        record = ChunkRecord(
-            at_s=time.monotonic() - self._started,
-            frames_seen=report.frames_seen,
-            stream_time_s=report.stream_time_s,
-            cache_bytes={p: r.cache_bytes for p, r in reports.items()},
-            prefill_ms={p: r.prefill_ms for p, r in reports.items()},
-            compress_ms={p: r.compress_ms for p, r in reports.items()},
-            rss_bytes=reading.rss_bytes,
-            gpu_allocated_bytes=reading.gpu_allocated_bytes,
-        )
-        image = thumbnail(chunk.pixels[-1])
-        with self._lock:
-            if gen != self._generation:
-                return
-            v = self._view
-            self._view = dataclasses.replace(
-                v,
-                version=v.version + 1,
-                snapshots=snapshots,
-                frame_tokens=np.concatenate([v.frame_tokens, per_frame]),
-                frames_seen=report.frames_seen,
-                stream_time_s=report.stream_time_s,
-                chunks=v.chunks + 1,
-                frame_image=image,
-                history=(*v.history, record)[-HISTORY_LIMIT:],
-                frames_in_memory={p: frames_in_memory(s) for p, s in snapshots.items()},
-            )
+        self._publish(gen, self._view.with_chunk(chunk, reports, snapshots, self.lm.frame_multiple, at_s, reading))
         if self._full_at_limit():
-            self._stop_at_limit(gen)
+            mb = self._sessions["full"].memory.cache_bytes() / 2**20
+            note = (
+                f"The full cache reached its bound ({self._full_limit:,} video tokens per layer, {mb:.1f} MB: the "
+                "positions the model has left), so the stream stopped here. Questions still work; pick hermes or "
+                "fifo, whose memory stays fixed, to stream further."
+            )
+            self._halt(gen, "stopped", note, error=False)
 
     def _full_at_limit(self) -> bool:
         """Whether a full cache cannot take another chunk like the last one (model thread only)."""
@@ -607,24 +379,6 @@ class LiveStream:
         if session is None or self._full_limit is None or not session.chunks:
             return False
         return session.memory.slots + session.chunks[-1].tokens > self._full_limit
-
-    def _stop_at_limit(self, gen: int) -> None:
-        mb = self._sessions["full"].memory.cache_bytes() / 2**20
-        note = (
-            f"The full cache reached its bound ({self._full_limit:,} video tokens per layer, {mb:.1f} MB: the "
-            "positions the model has left), so the stream stopped here. Questions still work; pick hermes or "
-            "fifo, whose memory stays fixed, to stream further."
-        )
-        with self._lock:
-            if gen != self._generation or self._state not in ("streaming", "paused"):
-                return
-            self._state = "stopped"
-            self._note = note
-            self._notices.append(note)
-            self._flush_on_stop = False
-            self._stop_reader.set()
-            self._resume.set()
-            self._webcam = None
 
     def _answer(self, gen: int, ticket: AnswerTicket, max_new_tokens: int) -> None:
         wait_ms = (time.monotonic() - ticket.enqueued_at) * 1000.0
@@ -655,11 +409,7 @@ class LiveStream:
         finally:
             ticket.close()
             if records:
-                with self._lock:
-                    if gen == self._generation:
-                        v = self._view
-                        answers = (*v.answers, *records)[-ANSWER_LIMIT:]
-                        self._view = dataclasses.replace(v, version=v.version + 1, answers=answers)
+                self._publish(gen, self._view.with_answers(records))
 
     def _no_video_message(self) -> str:
         status = self.status()

@@ -18,7 +18,8 @@ import time
 
 from hermes.models.base import VideoLM
 from hermes.serving.admission import MB, Busy, cache_bytes_for, default_memory_cap
-from hermes.serving.live import LiveStream, StreamSettings
+from hermes.serving.live import LiveStream
+from hermes.serving.settings import StreamSettings
 from hermes.serving.worker import ModelWorker
 
 

@@ -1,0 +1,54 @@
+"""What a live stream's memories are built with, and the one place they become a HermesConfig."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hermes.memory.config import HermesConfig
+from hermes.memory.tiers import Tier, TierMap
+from hermes.models.base import VideoLM
+
+POLICIES = ("hermes", "fifo", "full")
+COMPARE_POLICIES = ("hermes", "fifo")
+# Pace of a file stream: times real time; None reads as fast as the model takes the chunks.
+SPEEDS: dict[str, float | None] = {"1x": 1.0, "2x": 2.0, "4x": 4.0, "max": None}
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """What a stream's memories are built with; applied when the stream is (re)started."""
+
+    policy: str = "hermes"
+    budget: int = 1024
+    chunk_frames: int = 4
+    fps: float = 1.0
+    reindex: str = "lazy"
+    compare: bool = False
+    # Positions the memories may use (None: the model's max_position_embeddings). The full policy
+    # stops there; lower it to bound full streams sooner.
+    max_positions: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {self.policy!r}")
+        self.config()  # HermesConfig validates the numbers, with clear messages
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        """The policies to run: HERMES and FIFO side by side in compare mode."""
+        return COMPARE_POLICIES if self.compare else (self.policy,)
+
+    def config(self) -> HermesConfig:
+        """The memory configuration of these settings (every memory of the stream uses it)."""
+        return HermesConfig(
+            budget=int(self.budget),
+            chunk_frames=int(self.chunk_frames),
+            fps=float(self.fps),
+            reindex=self.reindex,
+            max_positions=self.max_positions,
+        )
+
+
+def layer_tiers(lm: VideoLM, settings: StreamSettings) -> tuple[Tier, ...]:
+    """The memory tier of each decoder layer, as the stream's memories partition them."""
+    return TierMap.for_config(lm.num_layers, settings.config()).tiers

@@ -1,0 +1,168 @@
+"""What the UI reads of a live stream: the immutable view the model thread publishes, the status.
+
+A `LiveView` is replaced, never changed, after each model job; `with_chunk` and `with_answers`
+build the next one. No Gradio and no model here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+from PIL import Image
+
+from hermes.engine.chunk import Chunk
+from hermes.engine.metrics import MemoryReading
+from hermes.engine.session import ChunkReport
+from hermes.memory.snapshot import MemorySnapshot
+from hermes.serving.answers import AnswerEvent
+from hermes.serving.settings import StreamSettings
+
+THUMB_SIDE = 360
+HISTORY_LIMIT = 2000
+ANSWER_LIMIT = 500
+
+# Per layer: (stream ids, guidance weights) over the layer's video slots, or None where not probed.
+AttentionLayers = tuple[tuple[np.ndarray, np.ndarray] | None, ...]
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """One row of a stream's metrics history, taken after a chunk was ingested."""
+
+    at_s: float  # wall-clock seconds since the stream started
+    frames_seen: int
+    stream_time_s: float
+    cache_bytes: dict[str, int]
+    prefill_ms: dict[str, float]
+    compress_ms: dict[str, float]
+    rss_bytes: int
+    gpu_allocated_bytes: int | None
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """Everything the UI draws, as published after the last job; never mutated."""
+
+    version: int
+    settings: StreamSettings
+    snapshots: dict[str, MemorySnapshot] = field(default_factory=dict)
+    frame_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))  # tokens per frame index at prefill
+    frames_seen: int = 0
+    stream_time_s: float = 0.0
+    chunks: int = 0
+    frame_image: np.ndarray | None = None  # the last frame the model consumed, downscaled
+    history: tuple[ChunkRecord, ...] = ()
+    answers: tuple[AnswerEvent, ...] = ()
+    frames_in_memory: dict[str, int] = field(default_factory=dict)
+    # Per policy: the guidance attention of its last compression (policies without guidance: absent).
+    attention: dict[str, AttentionLayers] = field(default_factory=dict)
+    # Per policy: the cache bytes its memory holds once the budget is reached (full: at its bound).
+    budget_bytes: dict[str, int] = field(default_factory=dict)
+
+    def next(self, **changes: object) -> LiveView:
+        """A copy with `changes` and the next version."""
+        return dataclasses.replace(self, version=self.version + 1, **changes)
+
+    def with_chunk(
+        self,
+        chunk: Chunk,
+        reports: dict[str, ChunkReport],
+        snapshots: dict[str, MemorySnapshot],
+        frame_multiple: int,
+        at_s: float,
+        reading: MemoryReading,
+    ) -> LiveView:
+        """The view after every memory ingested `chunk` (`reports` and `snapshots` by policy)."""
+        report = next(iter(reports.values()))
+        # Tokens each frame had when prefilled (the engine pads a chunk to the frame multiple):
+        # the denominator of the retained-token map.
+        prefilled = -(-chunk.num_frames // frame_multiple) * frame_multiple
+        per_frame = np.full(chunk.num_frames, report.tokens / prefilled)
+        record = ChunkRecord(
+            at_s=at_s,
+            frames_seen=report.frames_seen,
+            stream_time_s=report.stream_time_s,
+            cache_bytes={p: r.cache_bytes for p, r in reports.items()},
+            prefill_ms={p: r.prefill_ms for p, r in reports.items()},
+            compress_ms={p: r.compress_ms for p, r in reports.items()},
+            rss_bytes=reading.rss_bytes,
+            gpu_allocated_bytes=reading.gpu_allocated_bytes,
+        )
+        return self.next(
+            snapshots=snapshots,
+            frame_tokens=np.concatenate([self.frame_tokens, per_frame]),
+            frames_seen=report.frames_seen,
+            stream_time_s=report.stream_time_s,
+            chunks=self.chunks + 1,
+            frame_image=thumbnail(chunk.pixels[-1]),
+            history=(*self.history, record)[-HISTORY_LIMIT:],
+            frames_in_memory={p: s.frames_in_memory() for p, s in snapshots.items()},
+            attention={**self.attention, **{p: r.attention for p, r in reports.items() if measured(r.attention)}},
+        )
+
+    def with_answers(self, records: list[AnswerEvent]) -> LiveView:
+        """The view with the finished answers `records` added to the latest ones."""
+        return self.next(answers=(*self.answers, *records)[-ANSWER_LIMIT:])
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """What the stream is doing right now (cheap to read on every UI tick)."""
+
+    state: str  # idle | starting | streaming | paused | finishing | finished | stopped | error | closed
+    source: str | None
+    speed: str
+    frames_read: int
+    queued_chunks: int
+    dropped_frames: int
+    error: str | None
+    note: str | None = None  # why the stream stopped by itself, when it was not an error
+
+
+def measured(attention: AttentionLayers) -> bool:
+    """Whether a chunk's compression measured guidance attention in any layer."""
+    return any(layer is not None for layer in attention)
+
+
+def thumbnail(image: np.ndarray, side: int = THUMB_SIDE) -> np.ndarray:
+    """A copy of an RGB frame whose longer side is at most `side` pixels."""
+    h, w = image.shape[:2]
+    if max(h, w) <= side:
+        return image.copy()
+    scale = side / max(h, w)
+    return np.asarray(Image.fromarray(image).resize((max(1, round(w * scale)), max(1, round(h * scale)))))
+
+
+def metrics_of(
+    view: LiveView, status: StreamStatus, reading: MemoryReading, model: str, random_weights: bool, reserved_bytes: int
+) -> dict:
+    """Plain-data numbers of a stream for the API and the UI's details panel."""
+    last = view.history[-1] if view.history else None
+    return {
+        "model": model,
+        "random_weights": random_weights,
+        "state": status.state,
+        "source": status.source,
+        "speed": status.speed,
+        "error": status.error,
+        "note": status.note,
+        "reserved_bytes": reserved_bytes,
+        "settings": dataclasses.asdict(view.settings),
+        "frames_read": status.frames_read,
+        "frames_seen": view.frames_seen,
+        "stream_time_s": view.stream_time_s,
+        "chunks": view.chunks,
+        "queued_chunks": status.queued_chunks,
+        "dropped_frames": status.dropped_frames,
+        "frames_in_memory": dict(view.frames_in_memory),
+        "cache_bytes": {p: s.cache_bytes for p, s in view.snapshots.items()},
+        "video_tokens_per_layer": {
+            p: [int((layer.stream_ids >= 0).sum()) for layer in s.layers] for p, s in view.snapshots.items()
+        },
+        "last_chunk": None if last is None else {"prefill_ms": last.prefill_ms, "compress_ms": last.compress_ms},
+        "rss_bytes": reading.rss_bytes,
+        "gpu_allocated_bytes": reading.gpu_allocated_bytes,
+        "answers": [dataclasses.asdict(a) for a in view.answers[-20:]],
+    }
