@@ -157,7 +157,7 @@ def test_other_sessions_keep_streaming_while_one_misbehaves(app, videos):
             with pytest.raises(AppError):
                 start(bad, videos[name])
         assert "No video yet" in text_of(ask(bad)[-1])
-        assert "limit is 1,000" in text_of(ask(bad, "x" * 20_000)[-1])
+        assert "limit is 1,000 characters" in text_of(ask(bad, "x" * 20_000)[-1])
         finished(good, 5)
         assert "TTFT" in text_of(ask(good)[-1]) and registry.worker.alive
     finally:

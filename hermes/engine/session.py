@@ -43,7 +43,7 @@ def validate_question(question: str | None, max_chars: int = MAX_QUESTION_CHARS)
         raise QuestionError("The question is empty: type something to ask about the video.")
     if len(q) > max_chars:
         raise QuestionError(
-            f"The question is {len(q):,} characters long; the limit is {max_chars:,}, "
+            f"The question is {len(q):,} characters long; the limit is {max_chars:,} characters, "
             "so that it fits in the positions reserved after the video memory."
         )
     return q
