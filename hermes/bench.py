@@ -14,7 +14,6 @@ memory", before a chunk whose estimated cost would pass the memory cap.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import math
 import platform
@@ -30,7 +29,7 @@ import psutil
 import torch
 
 from hermes.engine.chunk import Chunk
-from hermes.engine.metrics import memory_reading
+from hermes.engine.metrics import free_cached_memory, memory_reading
 from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
@@ -195,12 +194,6 @@ def _memory(device: torch.device) -> int:
     return _peak_rss() or reading.rss_bytes
 
 
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def warm_up(lm: VideoLM, settings: BenchSettings) -> None:
     """One chunk and one question on a throwaway session: first-call costs (lazy init, allocator
     growth) belong to no frame count."""
@@ -223,7 +216,7 @@ def run_policy(
         config = config.with_(max_positions=UNBOUNDED_POSITIONS)
     limit = settings.full_max_frames if policy == "full" else None
     device = lm.device
-    _free(device)
+    free_cached_memory(device)
     _reset_peak(device)
     session = StreamingSession(lm, config, policy=policy)
     per_token = lm.kv_bytes_per_token
@@ -270,7 +263,7 @@ def run_policy(
             # Drop the cache (outside the except block, whose traceback still holds the prefill's
             # tensors) before anything else needs memory; the larger frame counts are out of reach.
             session = None
-            _free(device)
+            free_cached_memory(device)
             point.status, point.note, point.ttft_ms, point.tpot_ms = *stopped, [], []
             continue
         point.prefill_ms = [r.prefill_ms for r in window]
@@ -280,7 +273,7 @@ def run_policy(
         point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
         window = []
     del session
-    _free(device)
+    free_cached_memory(device)
     return points
 
 
