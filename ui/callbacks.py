@@ -1,4 +1,4 @@
-"""Gradio event handlers: thin glue between the page and each session's `LiveStream`.
+"""Gradio event handlers: thin glue between the page and each viewer's `LiveStream`.
 
 Handlers find the viewer's stream by Gradio's session hash (the same for a browser tab and for a
 `gradio_client.Client`), start and steer it, and stream answers out of the worker's tickets. They

@@ -91,7 +91,7 @@ def build_app(
     max_streams: int = 4,
     memory_cap_bytes: int | None = None,
 ) -> gr.Blocks:
-    """The Blocks app. Pass `registry` to keep a handle on the sessions (tests shut it down);
+    """The Blocks app. Pass `registry` to keep a handle on the viewers' streams (tests shut it down);
     otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry)."""
     if registry is None:
         registry = StreamRegistry(lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes)

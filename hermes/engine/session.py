@@ -121,11 +121,11 @@ class StreamingSession:
     # -- streaming -----------------------------------------------------------------------
     def ingest(self, chunk: Chunk) -> ChunkReport:
         """Prefill one chunk into the memory, then compress it back to the budget."""
-        frames = chunk.pixels
+        pixels = chunk.pixels
         multiple = self.lm.frame_multiple
-        if len(frames) % multiple:  # Qwen2.5-VL merges frame pairs: repeat the last frame
-            frames = np.concatenate([frames, np.repeat(frames[-1:], multiple - len(frames) % multiple, axis=0)])
-        inputs = self.lm.chunk_inputs(frames, self.config.fps)
+        if len(pixels) % multiple:  # Qwen2.5-VL merges frame pairs: repeat the last frame
+            pixels = np.concatenate([pixels, np.repeat(pixels[-1:], multiple - len(pixels) % multiple, axis=0)])
+        inputs = self.lm.chunk_inputs(pixels, self.config.fps)
         ids = np.asarray(chunk.frame_ids)
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device

@@ -112,8 +112,8 @@ class VideoLM(ABC):
 
     # -- model -----------------------------------------------------------------------------
     @abstractmethod
-    def chunk_inputs(self, frames: np.ndarray, fps: float) -> ChunkInputs:
-        """Model inputs for frames (F, H, W, 3) uint8 RGB sampled at `fps`."""
+    def chunk_inputs(self, pixels: np.ndarray, fps: float) -> ChunkInputs:
+        """Model inputs for frame pixels (F, H, W, 3) uint8 RGB sampled at `fps`."""
 
     @abstractmethod
     def position_ids(self, positions: torch.Tensor) -> torch.Tensor:

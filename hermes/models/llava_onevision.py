@@ -19,21 +19,21 @@ class LlavaOnevision(VideoLM):
     default_fps: ClassVar[float] = 0.5  # the paper's sampling rate for this family
     video_close: ClassVar[str] = "\n"
 
-    def chunk_inputs(self, frames: np.ndarray, fps: float) -> ChunkInputs:
+    def chunk_inputs(self, pixels: np.ndarray, fps: float) -> ChunkInputs:
         # SigLIP was trained on [-1, 1] inputs; the hub's video processor config for these
         # checkpoints does not always say so, hence mean = std = 0.5 here.
         proc = self.processor(
             text=self.processor.video_token,
-            videos=[list(frames)],
+            videos=[list(pixels)],
             image_mean=SIGLIP_NORM,
             image_std=SIGLIP_NORM,
             return_tensors="pt",
         )
         ids = proc["input_ids"].to(self.device)
         n = ids.shape[-1]
-        per_frame = (n - 1) // len(frames)
+        per_frame = (n - 1) // len(pixels)
         # Frame f owns tokens [f*per_frame, (f+1)*per_frame); the trailing newline belongs to the last frame.
-        local = torch.clamp(torch.arange(n) // per_frame, max=len(frames) - 1)
+        local = torch.clamp(torch.arange(n) // per_frame, max=len(pixels) - 1)
         kwargs = {"pixel_values_videos": proc["pixel_values_videos"].to(self.device, self.dtype)}
         if "image_sizes_videos" in proc:
             kwargs["image_sizes_videos"] = proc["image_sizes_videos"]

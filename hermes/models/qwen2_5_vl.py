@@ -20,15 +20,15 @@ class Qwen25VL(VideoLM):
     video_open: ClassVar[str] = "<|vision_start|>"
     video_close: ClassVar[str] = "<|vision_end|>"
 
-    def chunk_inputs(self, frames: np.ndarray, fps: float) -> ChunkInputs:
-        if len(frames) % self.frame_multiple:
-            raise ValueError(f"Qwen2.5-VL needs an even number of frames per chunk, got {len(frames)}")
+    def chunk_inputs(self, pixels: np.ndarray, fps: float) -> ChunkInputs:
+        if len(pixels) % self.frame_multiple:
+            raise ValueError(f"Qwen2.5-VL needs an even number of frames per chunk, got {len(pixels)}")
         # The real fps matters: without it the processor assumes 24 fps and the temporal
         # positions of a 0.5 fps stream collapse onto each other.
-        meta = VideoMetadata(total_num_frames=len(frames), fps=fps)
+        meta = VideoMetadata(total_num_frames=len(pixels), fps=fps)
         proc = self.processor(
             text=self.processor.video_token,
-            videos=[list(frames)],
+            videos=[list(pixels)],
             video_metadata=[meta],
             do_sample_frames=False,
             return_tensors="pt",

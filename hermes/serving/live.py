@@ -361,9 +361,9 @@ class LiveStream:
             return
         reports = {p: s.ingest(chunk) for p, s in self._sessions.items()}
         snapshots = {p: s.snapshot() for p, s in self._sessions.items()}
-        at_s = time.monotonic() - self._started
+        wall_s = time.monotonic() - self._started
         reading = memory_reading(self.lm.device)
-        self._publish(gen, self._view.with_chunk(chunk, reports, snapshots, self.lm.frame_multiple, at_s, reading))
+        self._publish(gen, self._view.with_chunk(chunk, reports, snapshots, self.lm.frame_multiple, wall_s, reading))
         if self._full_at_limit():
             mb = self._sessions["full"].memory.cache_bytes() / 2**20
             note = (

@@ -1,4 +1,4 @@
-"""The live streams of all viewers, keyed by session, with admission control.
+"""The live streams of all viewers, one per viewer key (a browser tab), with admission control.
 
 Every viewer (browser tab or API client) gets its own `LiveStream` over the one shared model and
 model thread. Before a stream starts a source, the registry checks two limits and raises Busy,
@@ -24,7 +24,7 @@ from hermes.serving.worker import ModelWorker
 
 
 class StreamRegistry:
-    """Streams by session key. Streams idle for `idle_timeout_s` (no calls, no running source) are
+    """Streams by viewer key. Streams idle for `idle_timeout_s` (no calls, no running source) are
     closed, for API clients that never say goodbye. `memory_cap_bytes` None: `default_memory_cap`."""
 
     def __init__(
@@ -46,7 +46,7 @@ class StreamRegistry:
         self._lock = threading.Lock()
 
     def get(self, key: str, create: bool = True) -> LiveStream | None:
-        """The stream of session `key`, created (with the default settings) on first use."""
+        """The stream of viewer `key`, created (with the default settings) on first use."""
         self.reap_idle()
         with self._lock:
             stream = self._streams.get(key)
@@ -58,7 +58,7 @@ class StreamRegistry:
         return stream
 
     def close(self, key: str) -> bool:
-        """Close and forget session `key`'s stream (its tab closed); False if there was none."""
+        """Close and forget viewer `key`'s stream (its tab closed); False if there was none."""
         with self._lock:
             stream = self._streams.pop(key, None)
         if stream is None:

@@ -31,7 +31,7 @@ AttentionLayers = tuple[tuple[np.ndarray, np.ndarray] | None, ...]
 class ChunkRecord:
     """One row of a stream's metrics history, taken after a chunk was ingested."""
 
-    at_s: float  # wall-clock seconds since the stream started
+    wall_s: float  # wall-clock seconds since the stream started (at_s always means stream time)
     frames_seen: int
     stream_time_s: float
     cache_bytes: dict[str, int]
@@ -71,7 +71,7 @@ class LiveView:
         reports: dict[str, ChunkReport],
         snapshots: dict[str, MemorySnapshot],
         frame_multiple: int,
-        at_s: float,
+        wall_s: float,
         reading: MemoryReading,
     ) -> LiveView:
         """The view after every memory ingested `chunk` (`reports` and `snapshots` by policy)."""
@@ -81,7 +81,7 @@ class LiveView:
         prefilled = -(-chunk.num_frames // frame_multiple) * frame_multiple
         per_frame = np.full(chunk.num_frames, report.tokens / prefilled)
         record = ChunkRecord(
-            at_s=at_s,
+            wall_s=wall_s,
             frames_seen=report.frames_seen,
             stream_time_s=report.stream_time_s,
             cache_bytes={p: r.cache_bytes for p, r in reports.items()},
