@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from hermes.engine.chunk import Chunk
-from hermes.engine.guidance import AttentionProbe, guidance_texts
+from hermes.engine.guidance import (
+    GLOBAL_PROMPT,
+    HISTORY_ANSWER_TOKENS,
+    HISTORY_QUESTION_TOKENS,
+    AttentionProbe,
+    guidance_prompt,
+)
 from hermes.engine.session import QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.memory.tiers import Tier
@@ -179,8 +185,7 @@ def test_one_guidance_pass_serves_both_prompts(lm):
     for i in range(3):
         s.ingest(_chunk(i, i))
     combined = s.guidance_attention()
-    _, global_text, _ = guidance_texts()
-    ids = torch.cat([lm.encode(lm.video_close), lm.encode(global_text)], dim=-1)
+    ids = torch.cat([lm.encode(lm.video_close), lm.encode(GLOBAL_PROMPT)], dim=-1)
     positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
     deep = s.memory.tiers.layers(Tier.LONG_TERM)
     with s.memory.scratch(), AttentionProbe(lm.attention_modules(), deep) as probe:
@@ -194,3 +199,19 @@ def test_one_guidance_pass_serves_both_prompts(lm):
     with s.memory.scratch(), AttentionProbe(lm.attention_modules(), [middle]) as probe:
         lm.forward(s.memory, ids, positions)
     assert (combined[middle] - probe.weights[middle][p : p + s.memory.slots]).abs().max().item() > 1e-6
+
+
+def test_guidance_history_keeps_question_and_answer_each_capped(llava_lm):
+    """A long question must not push the answer out of the guidance history."""
+    lm = llava_lm
+    question = "What is the man holding in his left hand while he walks across the busy street?"
+    answer = "A red umbrella."
+    ids, n_global = guidance_prompt(lm.encode, lm.video_close, (question, answer))
+    text = lm.tokenizer.decode(ids[0, :n_global])
+    assert answer in text  # the whole short answer survives
+    assert question[:HISTORY_QUESTION_TOKENS] in text and question not in text  # byte tokens: one per character
+    long_answer = "word " * 100
+    ids, n_global = guidance_prompt(lm.encode, lm.video_close, (question, long_answer))
+    history_len = n_global - guidance_prompt(lm.encode, lm.video_close)[1]
+    fixed = len(lm.encode("Q: ")[0]) + len(lm.encode(" A: ")[0]) + len(lm.encode(" ")[0])
+    assert history_len == HISTORY_QUESTION_TOKENS + HISTORY_ANSWER_TOKENS + fixed

@@ -11,7 +11,7 @@ and takes the keys from the cache layer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb, repeat_kv
@@ -20,17 +20,35 @@ from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb, repea
 # with the prompt's length (a byte-level tokenizer spends one token per character).
 GLOBAL_PROMPT = "Recall the story: main actors, key events, timeline."
 LOCAL_PROMPT = "This scene: objects, fine actions, where things are."
-# The history (last question and answer) is cut to this many tokens: it carries the user's
-# interest, and an uncapped answer would make every later compression pay for its length.
-HISTORY_TOKENS = 32
+# The history (the last question and its answer) carries the user's interest into the guidance.
+# Question and answer are capped each on its own, so that a long question cannot push the answer
+# out, and so that a long answer does not make every later compression pay for its length.
+HISTORY_QUESTION_TOKENS = 24
+HISTORY_ANSWER_TOKENS = 24
 
 
-def guidance_texts(last_turn: tuple[str, str] | None = None) -> tuple[str, str, str]:
-    """The (history, global, local) parts of the guidance. History is the last question and
-    answer, once there is one. Deep layers read history + global; middle layers the hybrid
-    prompt, history + global + local."""
-    history = f"Q: {last_turn[0]} A: {last_turn[1]} " if last_turn else ""
-    return history, GLOBAL_PROMPT, LOCAL_PROMPT
+def guidance_prompt(
+    encode: Callable[[str], torch.Tensor], opening: str, last_turn: tuple[str, str] | None = None
+) -> tuple[torch.Tensor, int]:
+    """Ids (1, n) of the guidance prompt, and the length of its global part.
+
+    The prompt is `opening` (what closes the video in the chat template), the history once there
+    is one, the global prompt, then the local one: deep layers read the global part (history +
+    global), middle layers the whole hybrid prompt.
+    """
+    parts = [encode(opening)]
+    if last_turn is not None:
+        question, answer = last_turn
+        parts += [
+            encode("Q: "),
+            encode(question)[:, :HISTORY_QUESTION_TOKENS],
+            encode(" A: "),
+            encode(answer)[:, :HISTORY_ANSWER_TOKENS],
+            encode(" "),
+        ]
+    parts.append(encode(GLOBAL_PROMPT))
+    global_ids = torch.cat(parts, dim=-1)
+    return torch.cat([global_ids, encode(" " + LOCAL_PROMPT)], dim=-1), global_ids.shape[-1]
 
 
 class _ProbeDone(Exception):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from hermes.engine.chunk import Chunk
-from hermes.engine.guidance import HISTORY_TOKENS, AttentionProbe, guidance_texts
+from hermes.engine.guidance import AttentionProbe, guidance_prompt
 from hermes.engine.metrics import memory_reading, now_ms
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import AttentionRecord, compress
@@ -189,12 +189,8 @@ class StreamingSession:
         """The guidance prompt's ids and the length of its global part. Tokenized again only when
         the last question and answer change, not for every chunk."""
         if self._guidance is None or self._guidance[0] != self.last_turn:
-            history, global_text, local_text = guidance_texts(self.last_turn)
-            opening = self.lm.encode(self.lm.video_close)
-            history_ids = self.lm.encode(history)[:, :HISTORY_TOKENS]
-            global_ids = torch.cat([opening, history_ids, self.lm.encode(global_text)], dim=-1)
-            ids = torch.cat([global_ids, self.lm.encode(" " + local_text)], dim=-1)
-            self._guidance = (self.last_turn, ids, global_ids.shape[-1])
+            ids, n_global = guidance_prompt(self.lm.encode, self.lm.video_close, self.last_turn)
+            self._guidance = (self.last_turn, ids, n_global)
         return self._guidance[1], self._guidance[2]
 
     # -- answering -------------------------------------------------------------------------
