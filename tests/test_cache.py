@@ -69,7 +69,10 @@ class Stream:
         expected = None
         if self.policy.capacity is not None and self.memory.slots > self.policy.capacity:
             expected = self.expected_scores(att)
-        return compress(self.memory, self.policy, att), expected
+        report = compress(self.memory, self.policy, att)
+        if report is not None and self.memory.config.reindex == "eager":
+            self.memory.reindex()
+        return report, expected
 
     def expected_scores(self, att):
         """Score, then smooth, straight from the policy's parts."""

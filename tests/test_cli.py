@@ -47,6 +47,8 @@ def test_stream_json_end_to_end(model, clips):
     assert chunks[-1]["frames_seen"] == 8  # 8 s at 1 fps
     for c in chunks:
         assert set(c) >= {"frames_seen", "video_tokens_per_layer", "cache_bytes", "prefill_ms", "compress_ms"}
+        assert c["guidance_ms"] <= c["compress_ms"] and c["reindex_ms"] <= c["compress_ms"]
+        assert isinstance(c["reindexed"], bool)
     assert max(max(c["video_tokens_per_layer"]) for c in chunks) <= 301
     assert chunks[-1]["video_tokens_per_layer"][-1] == 300  # evicted down to the budget
 

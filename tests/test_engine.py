@@ -215,3 +215,14 @@ def test_guidance_history_keeps_question_and_answer_each_capped(llava_lm):
     history_len = n_global - guidance_prompt(lm.encode, lm.video_close)[1]
     fixed = len(lm.encode("Q: ")[0]) + len(lm.encode(" A: ")[0]) + len(lm.encode(" ")[0])
     assert history_len == HISTORY_QUESTION_TOKENS + HISTORY_ANSWER_TOKENS + fixed
+
+
+def test_lazy_compaction_is_reported_as_reindexing(llava_lm):
+    """A lazy compaction runs before a chunk's prefill: the report says so and times it apart."""
+    s = _session(llava_lm, 150, max_positions=1400, position_margin=64)
+    reports = [s.ingest(_chunk(i, i)) for i in range(6)]
+    lazy = [r for r in reports if r.reindexed]
+    assert lazy and s.memory.compactions == len(lazy)
+    assert all(r.reindex_ms > 0 and r.reindex_ms <= r.compress_ms for r in lazy)
+    assert all(r.reindex_ms == 0 for r in reports if not r.reindexed)
+    assert all(r.guidance_ms <= r.compress_ms for r in reports)

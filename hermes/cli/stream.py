@@ -20,6 +20,17 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="SECONDS:QUESTION",
         help="ask QUESTION once the stream reaches SECONDS (repeatable)",
     )
+    p.add_argument(
+        "--watch",
+        action="append",
+        default=[],
+        metavar="QUESTION",
+        help="a yes/no standing question asked after every chunk; alerts when p(yes) rises above the "
+        "threshold (repeatable, at most 4)",
+    )
+    p.add_argument(
+        "--watch-threshold", type=float, default=0.5, help="p(yes) above which a standing question fires"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a transcript")
     p.add_argument(
         "--speed",
@@ -43,10 +54,11 @@ def _session(args: argparse.Namespace):
     return StreamingSession(lm, config_from_args(args, lm.default_fps), policy=args.policy)
 
 
-def _answer_json(event) -> str:
+def _answer_json(event, alert: bool = False) -> str:
     return json.dumps(
         {
             "event": "answer",
+            "alert": alert,  # the answer of a standing question that fired
             "at_s": event.at_s,
             "question": event.question,
             "text": event.text,
@@ -72,8 +84,48 @@ def _chunk_json(event) -> str:
             "cache_bytes": event.cache_bytes,
             "prefill_ms": event.prefill_ms,
             "compress_ms": event.compress_ms,
+            "guidance_ms": event.guidance_ms,
+            "reindex_ms": event.reindex_ms,
+            "reindexed": event.reindexed,
             "evicted": event.evicted,
         }
+    )
+
+
+def _watch_json(check, prefill_ms: float) -> str:
+    return json.dumps(
+        {
+            "event": "watch",
+            "at_s": check.at_s,
+            "question": check.question,
+            "p_yes": check.p_yes,
+            "fired": check.fired,
+            "check_ms": check.check_ms,
+            "check_over_prefill": check.check_ms / prefill_ms if prefill_ms > 0 else None,
+        }
+    )
+
+
+def _check_watches(args: argparse.Namespace) -> None:
+    """Refuse bad standing questions and thresholds before the model loads."""
+    from hermes.engine.session import MAX_QUESTION_CHARS
+    from hermes.engine.watch import check_threshold, validate_standing
+
+    check_threshold(args.watch_threshold)
+    watching: list[str] = []
+    for question in args.watch:
+        watching.append(validate_standing(question, watching, MAX_QUESTION_CHARS))
+
+
+def _watch_cost(chunks: list) -> str:
+    """One line: what the standing questions' checks cost, alone and against the chunks' prefill."""
+    import statistics
+
+    checks = [c.check_ms for r in chunks for c in r.watches]
+    shares = [sum(c.check_ms for c in r.watches) / r.prefill_ms for r in chunks if r.watches and r.prefill_ms > 0]
+    return (
+        f"standing questions: {len(checks)} checks, median {statistics.median(checks):.1f} ms each; all of a "
+        f"chunk's checks took a median {100 * statistics.median(shares):.1f}% of its prefill"
     )
 
 
@@ -85,8 +137,13 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from hermes.video.decoding import iter_frames, probe
 
     questions = [parse_ask(a) for a in args.ask]
+    _check_watches(args)
     info = probe(args.video)
     session = _session(args)
+    session.standing.set_threshold(args.watch_threshold)
+    session.standing.answer_tokens = args.max_new_tokens
+    for question in args.watch:
+        session.standing.add(question)
     fps = session.config.fps
     if session.lm.random_weights and not args.json:
         print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
@@ -99,6 +156,18 @@ def cmd_stream(args: argparse.Namespace) -> int:
             bar.update(event.frames_seen - bar.n)
             if args.json:
                 print(_chunk_json(event), flush=True)
+                for check in event.watches:
+                    print(_watch_json(check, event.prefill_ms), flush=True)
+                for alert in event.alerts:
+                    print(_answer_json(alert, alert=True), flush=True)
+            else:
+                for check, alert in zip([c for c in event.watches if c.fired], event.alerts, strict=True):
+                    bar.clear()
+                    print(
+                        f"\n[{check.at_s:6.1f}s] ALERT (p(yes) {check.p_yes:.2f}): {check.question}\n"
+                        f"         A: {alert.text}",
+                        flush=True,
+                    )
         elif args.json:
             if event.done:
                 print(_answer_json(event), flush=True)
@@ -117,4 +186,6 @@ def cmd_stream(args: argparse.Namespace) -> int:
                 )
                 shown = 0
     bar.close()
+    if args.watch and not args.json and session.chunks:
+        print(_watch_cost(session.chunks), file=sys.stderr)
     return 0

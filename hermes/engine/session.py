@@ -18,6 +18,7 @@ import torch
 from hermes.engine.chunk import Chunk
 from hermes.engine.guidance import AttentionProbe, guidance_prompt
 from hermes.engine.metrics import memory_reading, now_ms
+from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import AttentionRecord, compress
 from hermes.memory.config import HermesConfig
@@ -58,7 +59,9 @@ class ChunkReport:
     stream_time_s: float
     tokens: int
     prefill_ms: float
-    compress_ms: float
+    compress_ms: float  # everything after the prefill: guidance, scoring, eviction, re-indexing
+    guidance_ms: float  # of which the guidance pass
+    reindex_ms: float  # of which re-indexing: a lazy compaction before the prefill, or the eager one
     evicted: int
     reindexed: bool
     cache_bytes: int
@@ -67,6 +70,10 @@ class ChunkReport:
     # layer's video slots before eviction, or None where the layer was not probed. Empty when
     # no compression ran. The UI draws it; the memory does not keep it.
     attention: tuple[AttentionRecord | None, ...] = ()
+    # The standing questions read from the memory after this chunk, and the short answer of each
+    # one that fired (in the same order as the fired checks).
+    watches: list[WatchCheck] = field(default_factory=list)
+    alerts: list[AnswerUpdate] = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +90,12 @@ class AnswerUpdate:
     frames_seen: int = 0
     frames_in_memory: int = 0
     at_s: float = 0.0
+
+
+def top_logprobs(lm: VideoLM, logp: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
+    """The `k` most likely tokens of log-probabilities `logp` (vocab,), as (text, log-probability)."""
+    top = torch.topk(logp, k)
+    return [(lm.tokenizer.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)]
 
 
 class StreamingSession:
@@ -102,6 +115,8 @@ class StreamingSession:
         self.lm = lm
         self.config = config
         self.policy = make_policy(policy, config)
+        # Standing questions outlive a reset (they are the viewer's, not the stream's).
+        self.standing = StandingQuestions(AnswerWords.for_lm(lm), max_chars=max_question_chars)
         self.reset()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -117,15 +132,17 @@ class StreamingSession:
         self.answers: list[AnswerUpdate] = []
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
+        self.standing.rearm()
 
     # -- streaming -----------------------------------------------------------------------
     def ingest(self, chunk: Chunk) -> ChunkReport:
-        """Prefill one chunk into the memory, then compress it back to the budget."""
+        """Prefill one chunk into the memory, then compress it back to the budget: guidance pass,
+        score per tier, smooth, Top-K with the summary, and re-index positions if eager."""
         pixels = chunk.pixels
         multiple = self.lm.frame_multiple
-        if len(pixels) % multiple:  # Qwen2.5-VL merges frame pairs: repeat the last frame
+        if len(pixels) % multiple:  # Qwen2.5-VL and Qwen3-VL merge frame pairs: repeat the last frame
             pixels = np.concatenate([pixels, np.repeat(pixels[-1:], multiple - len(pixels) % multiple, axis=0)])
-        inputs = self.lm.chunk_inputs(pixels, self.config.fps)
+        inputs = self.lm.chunk_inputs(pixels, self.config.fps, chunk.timestamps)
         ids = np.asarray(chunk.frame_ids)
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
@@ -135,15 +152,23 @@ class StreamingSession:
         compactions = self.memory.compactions
         start = self.memory.start_position(inputs.num_tokens)  # a lazy compaction may run here
         t_lazy = now_ms(device)
+        lazy = self.memory.compactions > compactions
         positions = inputs.rel_positions + start
         self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN)
         self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
         self.memory.commit(ChunkMeta(frames=frame_ids, positions=positions))
         t1 = now_ms(device)
-        report = None
+        report, guidance_ms, reindex_ms = None, 0.0, t_lazy - t0 if lazy else 0.0
         capacity = self.policy.capacity
         if capacity is not None and self.memory.slots > capacity:
-            report = compress(self.memory, self.policy, self.guidance_attention())
+            attention = self.guidance_attention()
+            t_guided = now_ms(device)
+            guidance_ms = t_guided - t1
+            report = compress(self.memory, self.policy, attention)
+            if self.config.reindex == "eager":
+                t_kept = now_ms(device)
+                self.memory.reindex()
+                reindex_ms += now_ms(device) - t_kept
         t2 = now_ms(device)
 
         self.frames_seen += chunk.num_frames
@@ -155,14 +180,28 @@ class StreamingSession:
             tokens=inputs.num_tokens,
             prefill_ms=t1 - t_lazy,
             compress_ms=(t2 - t1) + (t_lazy - t0),
+            guidance_ms=guidance_ms,
+            reindex_ms=reindex_ms,
             evicted=sum(report.evicted) if report else 0,
-            reindexed=self.memory.compactions > compactions,
+            reindexed=self.memory.compactions > compactions,  # lazily before the prefill, or eagerly after
             cache_bytes=self.memory.cache_bytes(),
             video_tokens_per_layer=self.memory.video_tokens_per_layer(),
             attention=report.attention if report else (),
         )
+        if len(self.standing):
+            out.watches, out.alerts = self.check_standing()
         self.chunks.append(out)
         return out
+
+    def check_standing(self) -> tuple[list[WatchCheck], list[AnswerUpdate]]:
+        """Ask each standing question of the memory as it is now, read-only like any question, and
+        write a short answer for each one that fired. Alerts are not remembered as the last turn, so
+        watching never changes what the memory keeps."""
+        checks = self.standing.check(self.first_token_logprobs, self.stream_time_s, self.lm.device)
+        alerts = [
+            self.ask(check.question, self.standing.answer_tokens, remember=False) for check in checks if check.fired
+        ]
+        return checks, alerts
 
     def guidance_attention(self) -> list[torch.Tensor | None] | None:
         """W per layer over its slots after the prefix, for the layers the policy probes, from one
@@ -201,22 +240,22 @@ class StreamingSession:
         return validate_question(question, self.max_question_chars)
 
     @torch.inference_mode()
-    def ask_stream(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> Iterator[AnswerUpdate]:
+    def ask_stream(
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True
+    ) -> Iterator[AnswerUpdate]:
         """Answer from the memory as it is now, streaming the text token by token.
 
         TTFT runs from this call to the first decoded token. The memory is not changed: the
-        question and answer are scratch tokens of the cache, dropped at the end.
+        question and answer are scratch tokens of the cache, dropped at the end. `remember=False`
+        keeps the answer out of `answers` and of the next guidance prompt (a standing question's alert).
         """
         q = self.check_question(question)
         device = self.lm.device
         t0 = now_ms(device)
         with self.memory.scratch():
             logp, pos = self._read_question(q)
-            top = torch.topk(logp, 5)
-            top5 = [
-                (self.lm.tokenizer.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)
-            ]
-            token = int(top.indices[0])
+            top5 = top_logprobs(self.lm, logp)
+            token = int(logp.argmax())
             t_first = now_ms(device)
             update = AnswerUpdate(
                 question=q,
@@ -242,9 +281,15 @@ class StreamingSession:
         update.done = True
         update.tokens = len(generated)
         update.tpot_ms = (t_end - t_first) / (len(generated) - 1) if len(generated) > 1 else None
-        self.answers.append(update)
-        self.last_turn = (q, update.text)
+        if remember:
+            self.record_answer(update)
         yield replace(update)
+
+    def record_answer(self, update: AnswerUpdate) -> None:
+        """Keep a finished answer (from `ask_stream` or a batch): it joins `answers`, and it and its
+        question prefix the next guidance prompt."""
+        self.answers.append(update)
+        self.last_turn = (update.question, update.text)
 
     def _read_question(self, question: str) -> tuple[torch.Tensor, int]:
         """Prefill the question after the memory, as scratch tokens; log-probabilities of the first
@@ -264,9 +309,9 @@ class StreamingSession:
         with self.memory.scratch():
             return self._read_question(q)[0]
 
-    def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> AnswerUpdate:
+    def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True) -> AnswerUpdate:
         """Answer and return the final update (text, TTFT, TPOT, top log-probabilities)."""
-        return deque(self.ask_stream(question, max_new_tokens), maxlen=1)[0]
+        return deque(self.ask_stream(question, max_new_tokens, remember), maxlen=1)[0]
 
     # -- reading ---------------------------------------------------------------------------
     def frames_in_memory(self) -> int:

@@ -1,5 +1,5 @@
 """One compression step on a `HermesCache`: score per tier, smooth across layers, keep Top-K with a
-summary, then re-index positions if the memory is eager."""
+summary. Re-indexing positions is the next step, `HermesCache.reindex`, for an eager memory."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ class CompressionReport:
     """What one compression step did."""
 
     evicted: list[int]
-    reindexed: bool
     attention: tuple[AttentionRecord | None, ...]  # per layer, what the guidance pass measured
 
 
@@ -54,7 +53,4 @@ def compress(
     evicted = cache.evict(
         keep, [s[k] for s, k in zip(scores, keep, strict=True)], [selection.summarises(t) for t in tiers.tiers]
     )
-    eager = cache.config.reindex == "eager"
-    if eager:
-        cache.reindex()
-    return CompressionReport(evicted=evicted, reindexed=eager, attention=record)
+    return CompressionReport(evicted=evicted, attention=record)
