@@ -28,9 +28,7 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="a yes/no standing question asked after every chunk; alerts when p(yes) rises above the "
         "threshold (repeatable, at most 4)",
     )
-    p.add_argument(
-        "--watch-threshold", type=float, default=0.5, help="p(yes) above which a standing question fires"
-    )
+    p.add_argument("--watch-threshold", type=float, default=0.5, help="p(yes) above which a standing question fires")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a transcript")
     p.add_argument(
         "--speed",
