@@ -60,10 +60,11 @@ TARGETS = {
 
 
 def load_bench_model(name: str, device: str | None = None, allow_cpu_7b: bool = False) -> VideoLM:
-    """`llava-ov-7b-random` / `qwen2.5-vl-7b-random` from their configs, anything else via load_video_lm."""
-    from hermes.models.random7b import RANDOM_7B, load_random_7b
+    """The random-weight architectures (`llava-ov-0.5b-random`, `llava-ov-7b-random`,
+    `qwen2.5-vl-7b-random`) from their configs, anything else via load_video_lm."""
+    from hermes.models.random7b import RANDOM_MODELS, load_random_7b
 
-    if name in RANDOM_7B:
+    if name in RANDOM_MODELS:
         return load_random_7b(name, device, allow_cpu=allow_cpu_7b)
     return load_video_lm(name, device=device)
 

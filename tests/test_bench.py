@@ -207,14 +207,30 @@ def test_random_7b_is_the_real_architecture(llava_lm, qwen_lm, name: str, billio
         assert (config.vision_config.hidden_size, config.vision_config.num_hidden_layers) == (1152, 26)
 
 
+def test_random_05b_is_the_real_architecture_and_runs_on_a_cpu(llava_lm) -> None:
+    config = random7b.random_config("llava-ov-0.5b-random", llava_lm.tokenizer)
+    text = config.get_text_config(decoder=True)
+    assert (text.hidden_size, text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads) == (
+        896,
+        24,
+        14,
+        2,
+    )
+    assert (text.intermediate_size, text.vocab_size, text.tie_word_embeddings) == (4864, 151936, True)
+    assert (config.vision_config.hidden_size, config.vision_config.num_hidden_layers) == (1152, 26)
+    # Qwen2-0.5B (0.49B) and SigLIP-so400m without its head (0.40B): below the CPU refusal.
+    assert random7b.parameter_count(config) / 1e9 == pytest.approx(0.89, abs=0.01)
+    assert random7b.parameter_count(config) / 1e9 < random7b.CPU_MAX_BILLIONS
+
+
 def test_random_7b_refuses_a_cpu() -> None:
     with pytest.raises(ModelLoadError, match=r"8\.0B-parameter.*--allow-cpu-7b"):
         bench.load_bench_model("llava-ov-7b-random", device="cpu")
-    with pytest.raises(ModelLoadError, match="unknown random 7B model"):
+    with pytest.raises(ModelLoadError, match="unknown random-weight model"):
         random7b.load_random_7b("gpt-7b-random", device="cpu")
 
 
-@pytest.mark.parametrize("name", sorted(random7b.RANDOM_7B))
+@pytest.mark.parametrize("name", sorted(random7b.RANDOM_MODELS))
 def test_random_7b_builder_streams_when_shrunk(name: str) -> None:
     """The same builder with small sizes: bf16 weights, the tiny tokenizer's ids, real frame costs."""
     text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4}
@@ -227,7 +243,7 @@ def test_random_7b_builder_streams_when_shrunk(name: str) -> None:
         vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
     lm = random7b.load_random_7b(name, device="cpu", allow_cpu=True, text=text, vision=vision)
     assert lm.dtype == torch.bfloat16 and lm.random_weights and lm.source == name
-    assert lm.text_config.vocab_size == 152064
+    assert lm.text_config.vocab_size == (151936 if "0.5b" in name else 152064)
     frames = np.random.default_rng(0).integers(0, 256, (4, 384, 384, 3), dtype=np.uint8)
     # 196 tokens per 384 px frame (LLaVA-OV, plus the newline), 196 per frame pair (Qwen2.5-VL).
     assert lm.chunk_inputs(frames, lm.default_fps).num_tokens == (4 * 196 + 1 if "llava" in name else 2 * 196)

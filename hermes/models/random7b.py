@@ -1,7 +1,8 @@
-"""The real 7B architectures with random weights, for GPU timing without downloading a checkpoint.
+"""The real architectures with random weights, for timing without downloading a checkpoint.
 
 Speed and memory depend on the shapes, not on the values of the weights, so `llava-ov-7b-random`
-and `qwen2.5-vl-7b-random` build `LlavaOnevisionForConditionalGeneration` and
+and `qwen2.5-vl-7b-random` (for a GPU), and `llava-ov-0.5b-random` (the 0.5B checkpoint's shapes,
+which a CPU can run) build `LlavaOnevisionForConditionalGeneration` and
 `Qwen2_5_VLForConditionalGeneration` from the published hyperparameters of
 llava-hf/llava-onevision-qwen2-7b-ov-hf and Qwen/Qwen2.5-VL-7B-Instruct, initialise them randomly
 in bf16 directly on the target device, and pair them with the tiny byte-level tokenizer (its ids
@@ -32,6 +33,19 @@ QWEN2_7B_TEXT: dict[str, Any] = {
     "num_key_value_heads": 4,
     "max_position_embeddings": 32768,
     "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+}
+# Qwen2-0.5B, the language model of LLaVA-OneVision-0.5B.
+QWEN2_05B_TEXT: dict[str, Any] = {
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
     "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
 }
 # SigLIP-so400m at 384 px. It has 27 layers; the llava-hf checkpoint keeps 26, because LLaVA-OV
@@ -74,7 +88,13 @@ QWEN25_VL_7B_VISION: dict[str, Any] = {
 # that a frame costs as many tokens as with the real checkpoint: a 384x384 pair gives 196.
 QWEN_VIDEO_PIXELS = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
 
-RANDOM_7B: dict[str, str] = {"llava-ov-7b-random": "llava_onevision", "qwen2.5-vl-7b-random": "qwen2_5_vl"}
+RANDOM_MODELS: dict[str, str] = {
+    "llava-ov-0.5b-random": "llava_onevision",
+    "llava-ov-7b-random": "llava_onevision",
+    "qwen2.5-vl-7b-random": "qwen2_5_vl",
+}
+# Past this size a CPU is refused unless asked for: minutes per chunk.
+CPU_MAX_BILLIONS = 2.0
 
 
 def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: dict | None = None) -> Any:
@@ -90,9 +110,10 @@ def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: d
         "eos_token_id": ids("<|im_end|>"),
         "pad_token_id": ids("<|endoftext|>"),
     }
-    if RANDOM_7B.get(name) == "llava_onevision":
+    if RANDOM_MODELS.get(name) == "llava_onevision":
+        sizes = QWEN2_05B_TEXT if name == "llava-ov-0.5b-random" else QWEN2_7B_TEXT
         return LlavaOnevisionConfig(
-            text_config=Qwen2Config(**{**QWEN2_7B_TEXT, **special, **(text or {})}),
+            text_config=Qwen2Config(**{**sizes, **special, **(text or {})}),
             vision_config=SiglipVisionConfig(**{**SIGLIP_SO400M, **(vision or {})}),
             image_token_index=ids("<image>"),
             video_token_index=ids("<video>"),
@@ -100,7 +121,7 @@ def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: d
             vision_feature_select_strategy="full",
             vision_aspect_ratio="anyres_max_9",
         )
-    if RANDOM_7B.get(name) == "qwen2_5_vl":
+    if RANDOM_MODELS.get(name) == "qwen2_5_vl":
         return Qwen2_5_VLConfig(
             text_config={**QWEN25_VL_7B_TEXT, **special, **(text or {})},
             vision_config={**QWEN25_VL_7B_VISION, **(vision or {})},
@@ -109,7 +130,7 @@ def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: d
             vision_start_token_id=ids("<|vision_start|>"),
             vision_end_token_id=ids("<|vision_end|>"),
         )
-    raise ModelLoadError(f"unknown random 7B model {name!r}; choose one of {', '.join(RANDOM_7B)}")
+    raise ModelLoadError(f"unknown random-weight model {name!r}; choose one of {', '.join(RANDOM_MODELS)}")
 
 
 def _processor(arch: str) -> Any:
@@ -147,17 +168,17 @@ def load_random_7b(
 ) -> VideoLM:
     """Build `name` with random bf16 weights on `device` (default: cuda when available).
 
-    A CPU is refused unless `allow_cpu`: the 8B parameters take 16 GB even in bf16, and every
-    chunk would take minutes.
+    A CPU is refused for the 7B ones unless `allow_cpu`: 8B parameters take 16 GB even in bf16,
+    and every chunk would take minutes.
     """
-    if name not in RANDOM_7B:
-        raise ModelLoadError(f"unknown random 7B model {name!r}; choose one of {', '.join(RANDOM_7B)}")
-    arch = RANDOM_7B[name]
+    if name not in RANDOM_MODELS:
+        raise ModelLoadError(f"unknown random-weight model {name!r}; choose one of {', '.join(RANDOM_MODELS)}")
+    arch = RANDOM_MODELS[name]
     dev, _ = pick_device(device)
     processor = _processor(arch)
     config = random_config(name, processor.tokenizer, text, vision)
-    if dev.type == "cpu" and not allow_cpu:
-        billions = parameter_count(config) / 1e9
+    billions = parameter_count(config) / 1e9
+    if dev.type == "cpu" and not allow_cpu and billions > CPU_MAX_BILLIONS:
         raise ModelLoadError(
             f"{name} is the real {billions:.1f}B-parameter architecture: {2 * billions:.0f} GB of "
             "weights even in bf16, and minutes per chunk on a CPU. "
