@@ -55,8 +55,11 @@ OK, OOM, SKIPPED = "ok", "out of memory", "skipped"
 TARGETS = {
     "ttft_ratio": 1.05,
     "full_over_hermes": 10.0,
-    "compress_over_prefill": 0.10,
+    "compress_over_prefill": 0.05,
 }
+# Frames per second of wall time that prefill plus compression must keep up with, by device:
+# the 0.5B shapes on a 2-core CPU, the 7B ones on one GPU (both with the paper's 16-frame chunks).
+INGEST_TARGETS = {"cpu": 1.0, "cuda": 30.0}
 
 
 def load_bench_model(name: str, device: str | None = None, allow_cpu_7b: bool = False) -> VideoLM:
@@ -95,6 +98,8 @@ class Point:
     tpot_ms: list[float] = field(default_factory=list)
     prefill_ms: list[float] = field(default_factory=list)  # chunks since the previous frame count
     compress_ms: list[float] = field(default_factory=list)
+    guidance_ms: list[float] = field(default_factory=list)  # the guidance pass, part of compress_ms
+    ingested_frames: int = 0  # frames of those chunks
     cache_bytes: int | None = None
     memory_bytes: int | None = None  # GPU peak on CUDA, process RSS on CPU
     video_tokens_per_layer: int | None = None
@@ -102,9 +107,16 @@ class Point:
     def summary(self) -> dict:
         """The stored numbers plus their median/min/max."""
         out = asdict(self)
-        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms"):
+        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms", "guidance_ms"):
             out[f"{key}_stats"] = spread(getattr(self, key))
+        out["ingest_fps"] = self.ingest_fps
         return out
+
+    @property
+    def ingest_fps(self) -> float | None:
+        """Frames per second of wall time spent on prefill plus compression, since the previous count."""
+        seconds = (sum(self.prefill_ms) + sum(self.compress_ms)) / 1000
+        return self.ingested_frames / seconds if seconds > 0 else None
 
 
 @dataclass
@@ -224,6 +236,7 @@ def run_policy(
     rng = np.random.default_rng(settings.seed)
     points: list[Point] = []
     window: list[ChunkReport] = []
+    window_start = 0  # frames streamed when the window began
     tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
     stopped: tuple[str, str] | None = None  # (status, note) that every later frame count inherits
     for target in settings.frames:
@@ -269,10 +282,12 @@ def run_policy(
             continue
         point.prefill_ms = [r.prefill_ms for r in window]
         point.compress_ms = [r.compress_ms for r in window]
+        point.guidance_ms = [r.guidance_ms for r in window]
+        point.ingested_frames = session.frames_seen - window_start
         point.cache_bytes = session.memory.cache_bytes()
         point.memory_bytes = _memory(device)
         point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
-        window = []
+        window, window_start = [], session.frames_seen
     del session
     free_cached_memory(device)
     return points
@@ -318,6 +333,7 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
         "layers": lm.num_layers,
         "dtype": str(lm.dtype).removeprefix("torch."),
         "device": device_label(lm.device),
+        "device_type": lm.device.type,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "budget": settings.config.budget,
@@ -419,24 +435,41 @@ def headline(result: BenchResult) -> list[dict]:
             }
         )
     # Steady state: the chunks that did compress (before the budget fills there is nothing to do).
-    pairs = [
-        (c, p)
+    steady = [
+        (c, p, g)
         for point in result.points
         if point.policy == "hermes"
-        for c, p in zip(point.compress_ms, point.prefill_ms, strict=True)
+        for c, p, g in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, strict=True)
         if c > 0
     ]
-    if pairs:
-        compress = statistics.median(c for c, _ in pairs)
-        prefill = statistics.median(p for _, p in pairs)
+    if steady:
+        compress = statistics.median(c for c, _, _ in steady)
+        prefill = statistics.median(p for _, p, _ in steady)
+        guidance = statistics.median(g for _, _, g in steady)
         ratio = compress / prefill
         out.append(
             {
-                "name": f"hermes compression ms / prefill ms per chunk (median of {len(pairs)} compressing chunks)",
+                "name": f"hermes compression ms / prefill ms per chunk (median of {len(steady)} compressing chunks)",
                 "value": ratio,
-                "text": f"{compress:.1f} ms / {prefill:.1f} ms = {ratio:.3f}",
+                "text": f"{compress:.1f} ms / {prefill:.1f} ms = {ratio:.3f} "
+                f"(the guidance pass: {guidance:.1f} ms; scoring, eviction and re-indexing: the rest)",
                 "target": f"<= {TARGETS['compress_over_prefill']}",
                 "met": ratio <= TARGETS["compress_over_prefill"],
+            }
+        )
+    hermes = [p for p in result.points if p.policy == "hermes" and p.status == OK]
+    seconds = sum(sum(p.prefill_ms) + sum(p.compress_ms) for p in hermes) / 1000
+    if seconds > 0 and meta.get("device_type") in INGEST_TARGETS:
+        fps = sum(p.ingested_frames for p in hermes) / seconds
+        target = INGEST_TARGETS[meta["device_type"]]
+        shapes = "the 0.5B shapes on a 2-core CPU" if meta["device_type"] == "cpu" else "the 7B shapes on one GPU"
+        out.append(
+            {
+                "name": f"hermes ingest frames/s (prefill + compression, chunks of {meta['chunk_frames']} frames)",
+                "value": fps,
+                "text": f"{fps:.2f} frames/s",
+                "target": f">= {target:g} ({shapes}, 16-frame chunks)",
+                "met": fps >= target,
             }
         )
     return out
@@ -468,8 +501,8 @@ def render_markdown(result: BenchResult) -> str:
         f"{meta['repeats']} x {len(meta['questions'])} questions per point, {meta['max_new_tokens']} new tokens.",
         "",
         "| policy | frames | TTFT ms median (min-max) | TPOT ms median (min-max) | prefill ms/chunk "
-        f"| compress ms/chunk | cache MiB | {_memory_label(meta)} MiB | status |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"| compress ms/chunk | ingest frames/s | cache MiB | {_memory_label(meta)} MiB | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in result.points:
         s = p.summary()
@@ -479,6 +512,7 @@ def render_markdown(result: BenchResult) -> str:
         lines.append(
             f"| {p.policy} | {p.frames} | {_ms(s['ttft_ms_stats'])} | {_ms(s['tpot_ms_stats'])} "
             f"| {'-' if prefill is None else f'{prefill:.0f}'} | {'-' if compress is None else f'{compress:.0f}'} "
+            f"| {'-' if p.ingest_fps is None else f'{p.ingest_fps:.2f}'} "
             f"| {_mib(p.cache_bytes)} | {_mib(p.memory_bytes)} | {status} |"
         )
     lines += ["", "Headline ratios (this run; targets shown, not asserted):"]

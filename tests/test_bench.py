@@ -130,9 +130,18 @@ def test_headline_verdicts() -> None:
     def point(
         policy: str, frames: int, ttft: float, cache: int, prefill: float = 100.0, compress: float = 5.0
     ) -> Point:
-        return Point(policy, frames, ttft_ms=[ttft], prefill_ms=[prefill], compress_ms=[compress], cache_bytes=cache)
+        return Point(
+            policy,
+            frames,
+            ttft_ms=[ttft],
+            prefill_ms=[prefill],
+            compress_ms=[compress],
+            guidance_ms=[compress / 2],
+            ingested_frames=16,
+            cache_bytes=cache,
+        )
 
-    meta = {"tokens_per_frame": 196.0, "budget": 4096}
+    meta = {"tokens_per_frame": 196.0, "budget": 4096, "chunk_frames": 16, "device_type": "cpu"}
     result = BenchResult(
         meta,
         [
@@ -153,6 +162,9 @@ def test_headline_verdicts() -> None:
     assert cache["value"] == [200, 201] and cache["met"] is False  # 16 frames are under the budget
     compress = lines["hermes compression ms / prefill ms per chunk"]
     assert compress["value"] == pytest.approx(0.05) and compress["met"] is True
+    assert "guidance pass: 2.5 ms" in compress["text"]
+    ingest = lines["hermes ingest frames/s"]
+    assert ingest["value"] == pytest.approx(3 * 16 / 0.33) and ingest["met"] is True  # 48 frames in 330 ms
 
 
 def test_settings_and_option_errors() -> None:
