@@ -99,6 +99,7 @@ class Point:
     prefill_ms: list[float] = field(default_factory=list)  # chunks since the previous frame count
     compress_ms: list[float] = field(default_factory=list)
     guidance_ms: list[float] = field(default_factory=list)  # the guidance pass, part of compress_ms
+    evicted: list[int] = field(default_factory=list)  # tokens evicted per chunk (0: nothing to compress)
     ingested_frames: int = 0  # frames of those chunks
     cache_bytes: int | None = None
     memory_bytes: int | None = None  # GPU peak on CUDA, process RSS on CPU
@@ -283,6 +284,7 @@ def run_policy(
         point.prefill_ms = [r.prefill_ms for r in window]
         point.compress_ms = [r.compress_ms for r in window]
         point.guidance_ms = [r.guidance_ms for r in window]
+        point.evicted = [r.evicted for r in window]
         point.ingested_frames = session.frames_seen - window_start
         point.cache_bytes = session.memory.cache_bytes()
         point.memory_bytes = _memory(device)
@@ -439,8 +441,8 @@ def headline(result: BenchResult) -> list[dict]:
         (c, p, g)
         for point in result.points
         if point.policy == "hermes"
-        for c, p, g in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, strict=True)
-        if c > 0
+        for c, p, g, e in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, point.evicted, strict=True)
+        if e > 0
     ]
     if steady:
         compress = statistics.median(c for c, _, _ in steady)

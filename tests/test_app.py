@@ -142,6 +142,51 @@ def test_bad_inputs_get_clear_messages(app, tmp_path):
         client.close()
 
 
+def test_standing_questions_through_the_api(app):
+    url, _ = app
+    client = Client(url, verbose=False)
+    try:
+        # Added before any video: they are the viewer's, asked of every memory once the stream runs.
+        update, box = client.predict("Is there a bird?", api_name="/watch")
+        assert box == "" and update["value"] == "Is there a bird?"
+        update, _ = client.predict("Is it dark?", api_name="/watch")
+        assert [value for _, value in update["choices"]] == ["Is there a bird?", "Is it dark?"]
+        assert client.predict(api_name="/metrics")["watching"] == ["Is there a bird?", "Is it dark?"]
+        client.predict("Cockatoo, close-up (14 s)", "2x", api_name="/start_sample")
+        metrics = wait_for(lambda: (m := client.predict(api_name="/metrics"))["chunks"] >= 1 and m)
+        chunks = metrics["chunks"]
+
+        # Bad input: a clear message each time, and the stream goes on.
+        for question, message in [
+            ("   ", "empty"),
+            ("x" * 1001, "1,001 characters long"),
+            ("Is there a bird?", "Already watching"),
+        ]:
+            with pytest.raises(AppError, match=message):
+                client.predict(question, api_name="/watch")
+        client.predict("Is it flying?", api_name="/watch")
+        client.predict("Is it eating?", api_name="/watch")
+        with pytest.raises(AppError, match="At most 4 standing questions"):
+            client.predict("Is it singing?", api_name="/watch")
+        with pytest.raises(AppError, match="Not watching for 'Is it singing\\?'"):
+            client.predict("Is it singing?", api_name="/unwatch")
+        update = client.predict("Is it dark?", api_name="/unwatch")
+        assert [v for _, v in update["choices"]] == ["Is there a bird?", "Is it flying?", "Is it eating?"]
+        metrics = wait_for(lambda: (m := client.predict(api_name="/metrics"))["state"] == "finished" and m, 120)
+        assert metrics["chunks"] > chunks and metrics["error"] is None
+        assert metrics["watching"] == ["Is there a bird?", "Is it flying?", "Is it eating?"]
+        rows = {r["question"]: r for r in metrics["standing"]}
+        assert set(rows) == set(metrics["watching"])
+        assert rows["Is there a bird?"]["checks"] == metrics["chunks"]  # one check per chunk
+        assert all(0.0 <= r["p_yes"] <= 1.0 and r["check_ms"] > 0 for r in rows.values())
+        # Every firing wrote an alert (with the short answer) for the API and the chat.
+        alerts = [a for a in metrics["alerts"] if a["question"] in rows]
+        assert len(alerts) == sum(r["fired"] for r in rows.values())
+        assert metrics["watch_threshold"] == 0.5
+    finally:
+        client.close()
+
+
 # -- figures ---------------------------------------------------------------------------------
 
 

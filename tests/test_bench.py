@@ -137,6 +137,7 @@ def test_headline_verdicts() -> None:
             prefill_ms=[prefill],
             compress_ms=[compress],
             guidance_ms=[compress / 2],
+            evicted=[int(compress > 0)],
             ingested_frames=16,
             cache_bytes=cache,
         )

@@ -91,3 +91,43 @@ def test_stream_ask_and_watch_the_memory(browser, url, tmp_path):
 
     assert errors == [], f"browser console errors: {errors}"
     page.close()
+
+
+def test_watch_for_box_alerts_in_the_chat_and_plots_p_yes(browser, url, tmp_path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+
+    page.click("#watch")  # an empty standing question: a clear message, nothing added
+    page.get_by_text("The standing question is empty").first.wait_for()
+    page.fill("#watch-question textarea", "Is there a bird?")
+    page.click("#watch")
+    page.wait_for_function("() => document.querySelector('#watching input').value === 'Is there a bird?'")
+    assert page.input_value("#watch-question textarea") == ""
+    # A low threshold, so that random weights fire at the first check.
+    page.get_by_text("Settings (applied at the next Start or Reset)").click()
+    page.fill("#watch-threshold input[type=number]", "0.05")
+    page.press("#watch-threshold input[type=number]", "Enter")
+
+    page.get_by_label("max", exact=True).check()
+    page.click("#start-sample")
+    # The alert reaches the chat by itself: marked, with the stream time, p(yes), the question and the frame.
+    page.wait_for_function("() => document.querySelector('#chat').innerText.includes('Alert')")
+    chat = page.inner_text("#chat")
+    assert re.search(r"Alert · \d+ s \(frame \d+\) · p\(yes\) 0\.\d\d", chat), chat
+    assert "Is there a bird?" in chat
+    page.wait_for_selector("#chat img", state="attached")
+    # The live plot: a p(yes) line, a star where it fired, and the threshold line.
+    page.wait_for_function("() => document.querySelectorAll('#watch-plot .scatterlayer .trace').length >= 2")
+    assert "threshold 0.05" in page.inner_text("#watch-plot")
+
+    page.click("#unwatch")  # removes the selected one
+    page.wait_for_function("() => document.querySelector('#watching input').value === ''")
+    page.click("#unwatch")  # nothing left to remove: a clear message
+    page.get_by_text("Choose the standing question to remove").first.wait_for()
+    page.screenshot(path=str(tmp_path / "hermes_watch.png"), full_page=True)
+    assert errors == [], f"browser console errors: {errors}"
+    page.close()

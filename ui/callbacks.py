@@ -13,7 +13,17 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import AnswerEvent, Busy, LiveStream, QuestionError, StreamRegistry, StreamSettings, VideoError
+from hermes.serving import (
+    Alert,
+    AnswerEvent,
+    Busy,
+    LiveStream,
+    QuestionError,
+    StreamRegistry,
+    StreamSettings,
+    VideoError,
+    WatchError,
+)
 from ui import figures
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -24,7 +34,9 @@ SAMPLES = {
 DEFAULT_SAMPLE = next(iter(SAMPLES))
 
 
-def settings_from(policy: str, budget: float, chunk_frames: float, fps: float, reindex: str, compare: bool):
+def settings_from(
+    policy: str, budget: float, chunk_frames: float, fps: float, reindex: str, compare: bool, watch_threshold: float
+):
     """StreamSettings from the settings controls; gr.Error with the reason if they are invalid."""
     try:
         return StreamSettings(
@@ -34,6 +46,7 @@ def settings_from(policy: str, budget: float, chunk_frames: float, fps: float, r
             fps=float(fps),
             reindex=reindex,
             compare=bool(compare),
+            watch_threshold=float(watch_threshold),
         )
     except (TypeError, ValueError) as exc:
         raise gr.Error(f"Invalid settings: {exc}") from exc
@@ -57,6 +70,23 @@ def answer_message(event: AnswerEvent, compare: bool) -> dict:
             f"{event.frames_in_memory} of {event.frames_seen} frames in memory*"
         )
     return {"role": "assistant", "content": label + text}
+
+
+def alert_message(alert: Alert, compare: bool) -> dict:
+    """The chat message of a standing question that fired: marked as an alert, with the stream
+    time, p(yes), the short answer and the frame the memory had just seen."""
+    label = f" · {figures.LABELS.get(alert.policy, alert.policy)}" if compare else ""
+    text = (
+        f"🔔 **Alert**{label} · {alert.at_s:.0f} s (frame {alert.frames_seen - 1}) · p(yes) {alert.p_yes:.2f}\n\n"
+        f"*{alert.question}* {printable(alert.text) or '…'}"
+    )
+    frame = gr.Image(value=alert.frame, format="jpeg", show_label=False, height=160, buttons=[])
+    return {"role": "assistant", "content": [text, frame]}
+
+
+def watch_choices(watching: list[str], selected: str | None) -> gr.Dropdown:
+    """The 'Watching' dropdown listing the standing questions."""
+    return gr.Dropdown(choices=watching, value=selected if selected in watching else None)
 
 
 def error_message(text: str) -> dict:
@@ -112,14 +142,14 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        watch_threshold: float,
         request: gr.Request,
     ) -> tuple[str, list, str]:
         """Stream a bundled sample clip into fresh memories; returns the status line."""
         if sample not in SAMPLES:
             raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(SAMPLES)}")
-        return self._start(
-            SAMPLES[sample], speed, settings_from(policy, budget, chunk_frames, fps, reindex, compare), request
-        )
+        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
+        return self._start(SAMPLES[sample], speed, settings, request)
 
     def start_file(
         self,
@@ -131,14 +161,14 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        watch_threshold: float,
         request: gr.Request,
     ) -> tuple[str, list, str]:
         """Stream an uploaded video file into fresh memories; returns the status line."""
         if not video:
             raise gr.Error("Upload a video file first (mp4, webm, avi, mov ...).")
-        return self._start(
-            Path(video), speed, settings_from(policy, budget, chunk_frames, fps, reindex, compare), request
-        )
+        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
+        return self._start(Path(video), speed, settings, request)
 
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
         stream = self._stream(request)
@@ -157,6 +187,7 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        watch_threshold: float,
         request: gr.Request,
     ) -> None:
         """Feed one webcam frame (the first one starts a webcam stream)."""
@@ -164,7 +195,8 @@ class Callbacks:
             return
         stream = self._stream(request)
         try:
-            stream.push_frame(frame, settings_from(policy, budget, chunk_frames, fps, reindex, compare))
+            settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
+            stream.push_frame(frame, settings)
         except (Busy, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
 
@@ -195,10 +227,11 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        watch_threshold: float,
         request: gr.Request,
     ) -> tuple[str, list, str]:
         """Stop, clear the chat and the memories, and apply the settings."""
-        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare)
+        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
         stream = self._stream(request)
         stream.reset(settings)
         return status_text(stream), [], "Pause"
@@ -236,25 +269,48 @@ class Callbacks:
                     stream.set_message(slots[event.policy], message, gen)
             yield stream.chat_messages(), gr.skip()
 
+    # -- standing questions ---------------------------------------------------------------------
+    def watch(self, question: str, request: gr.Request) -> tuple[gr.Dropdown, str]:
+        """Add a standing question; returns the list (the new one selected) and clears the box."""
+        try:
+            watching = self._stream(request).watch(question)
+        except WatchError as exc:
+            raise gr.Error(str(exc)) from exc
+        return watch_choices(watching, watching[-1]), ""
+
+    def unwatch(self, question: str | None, request: gr.Request) -> gr.Dropdown:
+        """Remove a standing question; returns the list."""
+        try:
+            watching = self._stream(request).unwatch(question or "")
+        except WatchError as exc:
+            raise gr.Error(str(exc)) from exc
+        return watch_choices(watching, None)
+
     # -- reading ------------------------------------------------------------------------------
     def metrics(self, request: gr.Request) -> dict:
         """The stream's numbers: frames, cache bytes per policy, memory, and recent answers' timings."""
         return self._stream(request).metrics()
 
     def tick(self, request: gr.Request) -> tuple:
-        """Timer: redraw what changed (frame, status, the three plots, metrics); skip the rest."""
+        """Timer: redraw what changed (frame, status, the four plots, metrics) and show new alerts in
+        the chat; skip the rest."""
         stream = self.registry.get(request.session_hash or "anonymous", create=False)
         if stream is None:
-            return (gr.skip(),) * 6
+            return (gr.skip(),) * 8
         for notice in stream.pop_notices():
             gr.Warning(notice)
         view = stream.view()
+        alerts = stream.pop_alerts()
+        compare = len(view.settings.policies) > 1
+        for alert in alerts:
+            stream.add_message(alert_message(alert, compare))
+        chat = stream.chat_messages() if alerts else gr.skip()
         status = status_text(stream)
         version, sent_status = self._sent.get(stream, (-1, ""))
         self._sent[stream] = (view.version, status)
         status_out = status if status != sent_status else gr.skip()
         if view.version == version:
-            return (gr.skip(), status_out, gr.skip(), gr.skip(), gr.skip(), gr.skip())
+            return (gr.skip(), status_out, gr.skip(), gr.skip(), gr.skip(), gr.skip(), chat, gr.skip())
         frame = None  # after a reset: clear the last stream's frame
         if view.frame_image is not None:
             frame = gr.Image(
@@ -268,6 +324,8 @@ class Callbacks:
             figures.attention_figure(view),
             figures.performance_figure(view, self.gpu),
             stream.metrics(),
+            chat,
+            figures.watch_figure(view),
         )
 
     def unload(self, request: gr.Request) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from hermes.serving import AttentionLayers, ChunkRecord, LayerSnapshot, LiveView, MemorySnapshot, Tier
+from hermes.serving import AttentionLayers, ChunkRecord, LayerSnapshot, LiveView, MemorySnapshot, Tier, WatchPoint
 
 MAX_FRAME_COLUMNS = 64
 MAX_SLOT_POINTS = 160
@@ -20,6 +20,8 @@ MB = 1024 * 1024
 
 LABELS = {"hermes": "HERMES", "fifo": "FIFO", "full": "Full cache"}
 COLORS = {"hermes": "#4f46e5", "fifo": "#ea580c", "full": "#0f766e"}
+# One colour per standing question (at most four), in the order they were added.
+WATCH_COLORS = ("#db2777", "#0891b2", "#65a30d", "#9333ea")
 TIER_COLORS = {Tier.SENSORY: "#0ea5e9", Tier.WORKING: "#8b5cf6", Tier.LONG_TERM: "#be123c"}
 FONT = {"family": "Inter, ui-sans-serif, system-ui, sans-serif", "size": 12, "color": "#1f2937"}
 GRID = "#e5e7eb"
@@ -320,4 +322,75 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
     fig.update_yaxes(title_text=f"{second} MB", row=1, col=2, rangemode="tozero", secondary_y=True, showgrid=False)
     fig = _layout(fig, 360)
     fig.update_layout(legend={"y": -0.28, "yanchor": "top"}, margin={"b": 24})
+    return fig
+
+
+# -- standing questions ----------------------------------------------------------------------------
+
+
+def short(text: str, most: int = 48) -> str:
+    """`text` cut to `most` characters, with an ellipsis when cut (legend entries)."""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _thin_points(points: list[WatchPoint]) -> list[WatchPoint]:
+    step = max(1, -(-len(points) // MAX_HISTORY_POINTS))
+    # Keep every firing: thinning must not hide the moments the plot is about.
+    return [p for i, p in enumerate(points) if i % step == 0 or p.fired or i == len(points) - 1]
+
+
+def watch_figure(view: LiveView) -> go.Figure:
+    """p(yes) of each standing question after every chunk against stream time, with the threshold
+    and a star where it fired (dashed lines: FIFO's memory, in Compare mode)."""
+    if not view.watch_history:
+        return placeholder("Add a question under 'Watch for': its p(yes) after every chunk appears here.", 300)
+    fig = go.Figure()
+    questions = list(dict.fromkeys(p.question for p in view.watch_history))
+    policies = list(dict.fromkeys(p.policy for p in view.watch_history))
+    for qi, question in enumerate(questions):
+        color = WATCH_COLORS[qi % len(WATCH_COLORS)]
+        for policy in policies:
+            points = _thin_points([p for p in view.watch_history if p.question == question and p.policy == policy])
+            if not points:
+                continue
+            name = short(question) + (f" · {LABELS.get(policy, policy)}" if len(policies) > 1 else "")
+            dash = "solid" if policy == policies[0] else "dash"
+            fig.add_trace(
+                go.Scatter(
+                    x=[round(p.at_s, 2) for p in points],
+                    y=[round(p.p_yes, 4) for p in points],
+                    customdata=[[round(p.check_ms, 1)] for p in points],
+                    mode="lines+markers" if len(points) > 1 else "markers",
+                    line={"color": color, "width": 2, "dash": dash},
+                    marker={"size": 4, "color": color},
+                    name=name,
+                    legendgroup=name,
+                    hovertemplate="%{x:.1f} s<br>p(yes) %{y:.2f}<br>check %{customdata[0]:.0f} ms<extra></extra>",
+                )
+            )
+            fired = [p for p in points if p.fired]
+            if fired:
+                fig.add_trace(
+                    go.Scatter(
+                        x=[round(p.at_s, 2) for p in fired],
+                        y=[round(p.p_yes, 4) for p in fired],
+                        mode="markers",
+                        marker={"symbol": "star", "size": 14, "color": color, "line": {"color": "#111827", "width": 1}},
+                        name=f"{name}: alert",
+                        legendgroup=name,
+                        showlegend=False,
+                        hovertemplate="alert at %{x:.1f} s<br>p(yes) %{y:.2f}<extra></extra>",
+                    )
+                )
+    fig.add_hline(
+        y=view.settings.watch_threshold,
+        line={"color": "#111827", "dash": "dash", "width": 1},
+        annotation_text=f"threshold {view.settings.watch_threshold:g}",
+        annotation_position="top left",
+        annotation_font={"size": 10},
+    )
+    fig.update_xaxes(title_text="stream time (s)", rangemode="tozero")
+    fig.update_yaxes(title_text="p(yes)", range=[-0.02, 1.02])
+    fig = _layout(fig, 300)
+    fig.update_layout(legend={"y": -0.3, "yanchor": "top"}, margin={"t": 24, "b": 24})
     return fig

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import POLICIES, SPEEDS, StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
+from hermes.serving import MAX_STANDING, POLICIES, SPEEDS, StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
 from ui import figures
 from ui.callbacks import DEFAULT_SAMPLE, SAMPLES, Callbacks
 
@@ -45,6 +45,15 @@ PERFORMANCE_CAPTION = (
     "cache grows until it holds the budget |M| (dashed line), then stays flat however long the stream runs; "
     "the full-cache policy keeps growing. The dotted line is the memory of the whole process (or of the "
     "GPU), model weights included."
+)
+WATCH_CAPTION = (
+    "**Standing questions.** Each line is a yes/no question the stream watches for. After every chunk the model "
+    "reads it against its compact memory, exactly as it reads a question you type, and the line shows how much "
+    "more likely its answer starts with *Yes* than with *No*: p(yes). When a line rises above the dashed "
+    "threshold, a star marks the moment and an alert with that frame appears in the chat. It fires again only "
+    "after falling back below (hysteresis), so a scene that stays true alerts once. A check is one forward pass "
+    "over the question's few tokens, a small fraction of a chunk's prefill, which is why the memory can be asked "
+    "after every chunk. With random weights the lines hover around 0.5."
 )
 
 
@@ -160,6 +169,14 @@ def build_app(
                         label="Position re-indexing",
                         info="lazy: compact positions only when they run out · eager: after every eviction",
                     )
+                    watch_threshold = gr.Slider(
+                        0.05,
+                        0.95,
+                        value=s.watch_threshold,
+                        step=0.05,
+                        label="Alert threshold: p(yes) above which a standing question fires",
+                        elem_id="watch-threshold",
+                    )
             with gr.Column(scale=7, min_width=400):
                 chatbot = gr.Chatbot(
                     label="Chat about the stream",
@@ -184,6 +201,37 @@ def build_app(
                     inputs=question,
                     label="Try",
                 )
+                with gr.Group(elem_id="watch-box"):
+                    gr.Markdown(
+                        f"**Watch for** · up to {MAX_STANDING} yes/no questions, asked after every chunk: "
+                        "the chat alerts you when one turns to yes."
+                    )
+                    with gr.Row():
+                        watch_question = gr.Textbox(
+                            placeholder="e.g. Is the bird flying?",
+                            label="standing question",
+                            show_label=False,
+                            scale=5,
+                            max_lines=2,
+                            elem_id="watch-question",
+                        )
+                        watch = gr.Button("Watch", scale=1, min_width=80, elem_id="watch")
+                    with gr.Row():
+                        watching = gr.Dropdown(
+                            [],
+                            value=None,
+                            label="Watching",
+                            allow_custom_value=True,  # so that removing an unknown one gets our message
+                            scale=5,
+                            elem_id="watching",
+                        )
+                        unwatch = gr.Button("Stop watching", scale=1, min_width=80, elem_id="unwatch")
+                watch_plot = gr.Plot(
+                    figures.placeholder("Add a question under 'Watch for': its p(yes) per chunk appears here.", 300),
+                    show_label=False,
+                    elem_id="watch-plot",
+                )
+                gr.Markdown(WATCH_CAPTION, elem_classes="caption")
         gr.Markdown("## Inside the memory", elem_classes="section-title")
         retained = gr.Plot(
             figures.placeholder("Start a stream: each layer's retained tokens appear here."),
@@ -210,7 +258,7 @@ def build_app(
             metrics = gr.JSON(label="metrics")
             refresh = gr.Button("Refresh", size="sm")
 
-        settings_inputs = [policy, budget, chunk_frames, fps, reindex, compare]
+        settings_inputs = [policy, budget, chunk_frames, fps, reindex, compare, watch_threshold]
         quick = {"concurrency_limit": None, "show_progress": "hidden"}
         start_outputs = [status, chatbot, pause]
         start_sample.click(
@@ -228,6 +276,9 @@ def build_app(
         ask.click(cb.ask, question, [chatbot, question], api_name="ask", **asking)
         question.submit(cb.ask, question, [chatbot, question], api_visibility="private", **asking)
         refresh.click(cb.metrics, None, metrics, api_name="metrics", **quick)
+        watch.click(cb.watch, watch_question, [watching, watch_question], api_name="watch", **quick)
+        watch_question.submit(cb.watch, watch_question, [watching, watch_question], api_visibility="private", **quick)
+        unwatch.click(cb.unwatch, watching, watching, api_name="unwatch", **quick)
         webcam.stream(
             cb.webcam_frame,
             [webcam, *settings_inputs],
@@ -240,7 +291,7 @@ def build_app(
         timer.tick(
             cb.tick,
             None,
-            [frame, status, retained, attention, performance, metrics],
+            [frame, status, retained, attention, performance, metrics, chatbot, watch_plot],
             api_visibility="private",
             **quick,
         )

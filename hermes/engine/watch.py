@@ -58,6 +58,8 @@ def validate_standing(question: str | None, watching: Sequence[str], max_chars: 
 def check_removable(question: str | None, watching: Sequence[str]) -> str:
     """The question, stripped, if it is being watched; WatchError naming the ones that are."""
     q = (question or "").strip()
+    if not q:
+        raise WatchError("Choose the standing question to remove.")
     if q not in watching:
         known = ", ".join(repr(w) for w in watching) if watching else "none"
         raise WatchError(f"Not watching for {q!r}, so there is nothing to remove (watching: {known}).")

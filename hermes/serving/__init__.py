@@ -5,6 +5,7 @@ serving, so the types it draws from (snapshots, tiers, errors) are re-exported h
 """
 
 from hermes.engine.session import QuestionError
+from hermes.engine.watch import MAX_STANDING, WatchError
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.tiers import Tier
 from hermes.models.base import VideoLM
@@ -14,15 +15,17 @@ from hermes.serving.live import LiveStream
 from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.settings import COMPARE_POLICIES, POLICIES, SPEEDS, StreamSettings, layer_tiers
-from hermes.serving.view import AttentionLayers, ChunkRecord, LiveView, StreamStatus
+from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
 
 __all__ = [
     "COMPARE_POLICIES",
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
+    "MAX_STANDING",
     "POLICIES",
     "SPEEDS",
+    "Alert",
     "AnswerEvent",
     "AnswerTicket",
     "AttentionLayers",
@@ -39,6 +42,8 @@ __all__ = [
     "Tier",
     "VideoError",
     "VideoLM",
+    "WatchError",
+    "WatchPoint",
     "layer_tiers",
     "load_model_or_fallback",
 ]

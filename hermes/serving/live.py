@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,14 +22,15 @@ import numpy as np
 
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
-from hermes.engine.session import MAX_NEW_TOKENS, QuestionError, StreamingSession, validate_question
+from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, QuestionError, StreamingSession, validate_question
+from hermes.engine.watch import check_removable, validate_standing
 from hermes.models.base import VideoLM
 from hermes.serving.admission import full_slot_limit, policy_cache_bytes
 from hermes.serving.answers import AnswerEvent, AnswerTicket, job_error_message
 from hermes.serving.chat import Chat
 from hermes.serving.settings import SPEEDS, StreamSettings
 from hermes.serving.sources import FileSource, Source, WebcamSource
-from hermes.serving.view import LiveView, StreamStatus, metrics_of
+from hermes.serving.view import ANSWER_LIMIT, Alert, LiveView, StreamStatus, metrics_of, watch_metrics
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
 from hermes.video.decoding import VideoInfo, probe
 
@@ -77,6 +79,10 @@ class LiveStream:
         self.speed = "1x"
         self._view = LiveView(version=0, settings=self.settings)
         self.chat = Chat()
+        # Standing questions: the viewer's, so they outlive a reset; each memory is given them on
+        # the model thread. New alerts wait here until the page shows them (`pop_alerts`).
+        self._watching: list[str] = []
+        self._new_alerts: deque[Alert] = deque(maxlen=ANSWER_LIMIT)
         self.closed = False
         self.reserved_bytes = 0
         self.last_active = time.monotonic()
@@ -110,6 +116,7 @@ class LiveStream:
             self._memory_failed = False
             self._started = time.monotonic()
             self._notices = []
+            self._new_alerts.clear()
             self._view = LiveView(version=self._view.version + 1, settings=settings)
         self.worker.cancel(self.key)
         self.worker.submit(
@@ -236,6 +243,41 @@ class LiveStream:
         self.worker.submit(lambda: self._answer(gen, ticket, max_new_tokens), Priority.QUESTION, self.key, on_error)
         return ticket
 
+    def watch(self, question: str) -> list[str]:
+        """Add a standing question, asked of every memory after each chunk from the next one on;
+        returns the questions watched now. WatchError at once for an empty, too long, repeated
+        or fifth question (the stream goes on)."""
+        with self._lock:
+            self._check_open()
+            self._watching.append(validate_standing(question, self._watching, MAX_QUESTION_CHARS))
+            watching, gen = list(self._watching), self._generation
+        self.touch()
+        self.worker.submit(lambda: self._sync_watching(gen), Priority.CONTROL, self.key)
+        return watching
+
+    def unwatch(self, question: str) -> list[str]:
+        """Stop watching for a standing question; returns the questions watched now. WatchError
+        when it is not watched."""
+        with self._lock:
+            self._check_open()
+            self._watching.remove(check_removable(question, self._watching))
+            watching, gen = list(self._watching), self._generation
+        self.touch()
+        self.worker.submit(lambda: self._sync_watching(gen), Priority.CONTROL, self.key)
+        return watching
+
+    def watching(self) -> list[str]:
+        """The standing questions, in the order they were added."""
+        with self._lock:
+            return list(self._watching)
+
+    def pop_alerts(self) -> list[Alert]:
+        """Standing questions that fired since the last call, oldest first, each returned once."""
+        with self._lock:
+            out = list(self._new_alerts)
+            self._new_alerts.clear()
+            return out
+
     # -- reading ----------------------------------------------------------------------------
     def view(self) -> LiveView:
         """The last published view (its `version` changes whenever anything drawn changed)."""
@@ -286,7 +328,9 @@ class LiveStream:
         """Plain-data numbers for the API and the UI's details panel."""
         lm = self.lm
         reading = memory_reading(lm.device)
-        return metrics_of(self.view(), self.status(), reading, lm.source, lm.random_weights, self.reserved_bytes)
+        view = self.view()
+        numbers = metrics_of(view, self.status(), reading, lm.source, lm.random_weights, self.reserved_bytes)
+        return numbers | watch_metrics(view, self.watching())
 
     # -- internals: UI and source threads ------------------------------------------------------
     def _check_open(self) -> None:
@@ -346,6 +390,9 @@ class LiveStream:
         config = settings.config()
         self._sessions = {}  # free the old memories before building the new ones
         self._sessions = {p: StreamingSession(self.lm, config, policy=p) for p in settings.policies}
+        for session in self._sessions.values():
+            session.standing.set_threshold(settings.watch_threshold)
+            session.standing.set_questions(self.watching())
         self._full_limit = full_slot_limit(self.lm, config) if "full" in self._sessions else None
         self._sessions_gen = gen
         snapshots = {p: s.snapshot() for p, s in self._sessions.items()}
@@ -363,7 +410,12 @@ class LiveStream:
         snapshots = {p: s.snapshot() for p, s in self._sessions.items()}
         wall_s = time.monotonic() - self._started
         reading = memory_reading(self.lm.device)
-        self._publish(gen, self._view.with_chunk(chunk, reports, snapshots, self.lm.frame_multiple, wall_s, reading))
+        view = self._view.with_chunk(chunk, reports, snapshots, self.lm.frame_multiple, wall_s, reading)
+        self._publish(gen, view)
+        fired = sum(len(r.alerts) for r in reports.values())
+        with self._lock:
+            if fired and gen == self._generation:
+                self._new_alerts.extend(view.alerts[-fired:])
         if self._full_at_limit():
             mb = self._sessions["full"].memory.cache_bytes() / 2**20
             note = (
@@ -372,6 +424,13 @@ class LiveStream:
                 "fifo, whose memory stays fixed, to stream further."
             )
             self._halt(gen, "stopped", note, error=False)
+
+    def _sync_watching(self, gen: int) -> None:
+        """Give every memory of generation `gen` the standing questions as they are now (model thread)."""
+        if gen != self._generation or gen != self._sessions_gen:
+            return  # a reset since: its build job hands the memories the questions
+        for session in self._sessions.values():
+            session.standing.set_questions(self.watching())
 
     def _full_at_limit(self) -> bool:
         """Whether a full cache cannot take another chunk like the last one (model thread only)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hermes.engine.watch import DEFAULT_THRESHOLD, check_threshold
 from hermes.memory.config import HermesConfig
 from hermes.memory.tiers import Tier, TierMap
 from hermes.models.base import VideoLM
@@ -27,10 +28,13 @@ class StreamSettings:
     # Positions the memories may use (None: the model's max_position_embeddings). The full policy
     # stops there; lower it to bound full streams sooner.
     max_positions: int | None = None
+    # p(yes) above which a standing question fires.
+    watch_threshold: float = DEFAULT_THRESHOLD
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {self.policy!r}")
+        check_threshold(self.watch_threshold)
         self.config()  # HermesConfig validates the numbers, with clear messages
 
     @property

@@ -22,6 +22,7 @@ from hermes.serving.settings import StreamSettings
 THUMB_SIDE = 360
 HISTORY_LIMIT = 2000
 ANSWER_LIMIT = 500
+WATCH_LIMIT = 4 * HISTORY_LIMIT  # checks kept for the plot: four standing questions per chunk
 
 # Per layer: (stream ids, guidance weights) over the layer's video slots, or None where not probed.
 AttentionLayers = tuple[tuple[np.ndarray, np.ndarray] | None, ...]
@@ -39,6 +40,33 @@ class ChunkRecord:
     compress_ms: dict[str, float]
     rss_bytes: int
     gpu_allocated_bytes: int | None
+
+
+@dataclass(frozen=True)
+class WatchPoint:
+    """One standing question read from one policy's memory after a chunk."""
+
+    policy: str
+    question: str
+    at_s: float  # stream time
+    p_yes: float
+    fired: bool
+    check_ms: float
+    prefill_ms: float  # of the chunk just before the check, for scale
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A standing question that fired: its short answer and the frame the memory had just seen."""
+
+    policy: str
+    question: str
+    at_s: float  # stream time
+    frames_seen: int
+    p_yes: float
+    text: str
+    ttft_ms: float | None
+    frame: np.ndarray = field(repr=False, compare=False)  # the chunk's last frame, downscaled
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,9 @@ class LiveView:
     attention: dict[str, AttentionLayers] = field(default_factory=dict)
     # Per policy: the cache bytes its memory holds once the budget is reached (full: at its bound).
     budget_bytes: dict[str, int] = field(default_factory=dict)
+    # Standing questions: every check (for the plot) and the alerts.
+    watch_history: tuple[WatchPoint, ...] = ()
+    alerts: tuple[Alert, ...] = ()
 
     def next(self, **changes: object) -> LiveView:
         """A copy with `changes` and the next version."""
@@ -90,13 +121,17 @@ class LiveView:
             rss_bytes=reading.rss_bytes,
             gpu_allocated_bytes=reading.gpu_allocated_bytes,
         )
+        frame = thumbnail(chunk.pixels[-1])
+        points, alerts = watch_records(reports, frame)
         return self.next(
             snapshots=snapshots,
             frame_tokens=np.concatenate([self.frame_tokens, per_frame]),
             frames_seen=report.frames_seen,
             stream_time_s=report.stream_time_s,
             chunks=self.chunks + 1,
-            frame_image=thumbnail(chunk.pixels[-1]),
+            frame_image=frame,
+            watch_history=(*self.watch_history, *points)[-WATCH_LIMIT:],
+            alerts=(*self.alerts, *alerts)[-ANSWER_LIMIT:],
             history=(*self.history, record)[-HISTORY_LIMIT:],
             frames_in_memory={p: s.frames_in_memory() for p, s in snapshots.items()},
             attention={**self.attention, **{p: r.attention for p, r in reports.items() if measured(r.attention)}},
@@ -119,6 +154,61 @@ class StreamStatus:
     dropped_frames: int
     error: str | None
     note: str | None = None  # why the stream stopped by itself, when it was not an error
+
+
+def watch_records(reports: dict[str, ChunkReport], frame: np.ndarray) -> tuple[list[WatchPoint], list[Alert]]:
+    """The standing questions' checks and alerts of one chunk, for every policy's memory."""
+    points: list[WatchPoint] = []
+    alerts: list[Alert] = []
+    for policy, r in reports.items():
+        points += [
+            WatchPoint(policy, c.question, c.at_s, c.p_yes, c.fired, c.check_ms, r.prefill_ms) for c in r.watches
+        ]
+        fired = [c for c in r.watches if c.fired]
+        alerts += [
+            Alert(policy, c.question, c.at_s, a.frames_seen, c.p_yes, a.text, a.ttft_ms, frame)
+            for c, a in zip(fired, r.alerts, strict=True)
+        ]
+    return points, alerts
+
+
+def watch_metrics(view: LiveView, watching: list[str]) -> dict:
+    """The standing questions for the API: per question and policy its last p(yes), checks and
+    firings, and the latest alerts (without their frames)."""
+    rows = []
+    for question in watching:
+        for policy in view.snapshots:
+            points = [p for p in view.watch_history if p.question == question and p.policy == policy]
+            last = points[-1] if points else None
+            rows.append(
+                {
+                    "question": question,
+                    "policy": policy,
+                    "checks": len(points),
+                    "fired": sum(p.fired for p in points),
+                    "p_yes": None if last is None else last.p_yes,
+                    "at_s": None if last is None else last.at_s,
+                    "check_ms": None if last is None else last.check_ms,
+                    "prefill_ms": None if last is None else last.prefill_ms,
+                }
+            )
+    return {
+        "watching": list(watching),
+        "watch_threshold": view.settings.watch_threshold,
+        "standing": rows,
+        "alerts": [
+            {
+                "policy": a.policy,
+                "question": a.question,
+                "at_s": a.at_s,
+                "frames_seen": a.frames_seen,
+                "p_yes": a.p_yes,
+                "text": a.text,
+                "ttft_ms": a.ttft_ms,
+            }
+            for a in view.alerts[-20:]
+        ],
+    }
 
 
 def measured(attention: AttentionLayers) -> bool:
