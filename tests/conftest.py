@@ -32,10 +32,18 @@ def qwen_lm():
     return load_video_lm("tiny-qwen")
 
 
-@pytest.fixture(scope="session", params=["llava", "qwen"])
-def lm(request, llava_lm, qwen_lm):
+@pytest.fixture(scope="session")
+def qwen3_lm():
+    """The tiny Qwen3-VL (4 layers), loaded through the real loading path."""
+    from hermes.models.loading import load_video_lm
+
+    return load_video_lm("tiny-qwen3")
+
+
+@pytest.fixture(scope="session", params=["llava", "qwen", "qwen3"])
+def lm(request):
     """Each tiny architecture in turn."""
-    return llava_lm if request.param == "llava" else qwen_lm
+    return request.getfixturevalue(f"{request.param}_lm")
 
 
 @pytest.fixture(scope="session")

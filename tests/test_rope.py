@@ -1,4 +1,5 @@
-"""The rotary delta against transformers' own rotary embeddings (Qwen2 RoPE, Qwen2.5-VL M-RoPE)."""
+"""The rotary delta against transformers' own rotary embeddings (Qwen2 RoPE, Qwen2.5-VL M-RoPE,
+Qwen3-VL interleaved M-RoPE)."""
 
 import pytest
 import torch
@@ -6,6 +7,8 @@ from transformers import Qwen2Config
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding, apply_rotary_pos_emb
 from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLTextConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
+from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
+from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
 from hermes.memory.rope import RopeSpec, compact_positions, dense_rank, rotate_keys
 
@@ -90,6 +93,54 @@ def test_mrope_delta_matches_transformers_sections():
     plain = RopeSpec.from_config(head_dim, 1e6)
     wrong = rotate_keys(k_old, (p_new - p_old)[:1], plain)
     assert (wrong - expected).abs().max().item() > 1e-2
+
+
+def _qwen3_rotary(head_dim: int = 128, section=(24, 20, 20), theta: float = 5e6):
+    cfg = Qwen3VLTextConfig(
+        hidden_size=head_dim,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=head_dim,
+        rope_parameters={"rope_type": "default", "rope_theta": theta, "mrope_section": list(section)},
+    )
+    return Qwen3VLTextRotaryEmbedding(cfg)
+
+
+def test_interleaved_layout_is_qwen3s():
+    spec = RopeSpec.from_config(128, 5e6, (24, 20, 20), interleaved=True)
+    axes = spec.channel_axes()
+    assert axes[:9].tolist() == [0, 1, 2] * 3 and axes[57:].tolist() == [0, 1, 2, 0, 0, 0, 0]
+    assert [int((axes == a).sum()) for a in range(3)] == [24, 20, 20]
+    # The contiguous layout of the same sections is another map; both are recognised from the map.
+    contiguous = RopeSpec.from_config(128, 5e6, (24, 20, 20))
+    assert not torch.equal(contiguous.channel_axes(), axes)
+    assert RopeSpec.from_channel_axes(spec.inv_freq, axes.tolist()).interleaved
+    assert not RopeSpec.from_channel_axes(spec.inv_freq, contiguous.channel_axes().tolist()).interleaved
+    assert RopeSpec.from_channel_axes(spec.inv_freq, [0] * 64).axes == 1
+    with pytest.raises(ValueError, match="unsupported M-RoPE layout"):
+        RopeSpec.from_channel_axes(spec.inv_freq, [2, 1, 0] * 21 + [0])
+    with pytest.raises(ValueError, match="do not fit"):
+        RopeSpec.from_config(16, 1e6, (2, 3, 3), interleaved=True)  # w would need channels 2, 5, 8 of 0-7
+
+
+def test_interleaved_mrope_delta_matches_transformers_qwen3():
+    head_dim, section = 128, (24, 20, 20)
+    rotary = _qwen3_rotary(head_dim, section)
+    spec = RopeSpec.from_config(head_dim, 5e6, section, interleaved=True)
+    torch.testing.assert_close(spec.inv_freq, rotary.inv_freq, rtol=0, atol=0)
+    raw = _unit_keys(head_dim, seed=5)
+    g = torch.Generator().manual_seed(6)
+    p_old = torch.randint(0, 300, (3, N), generator=g)
+    p_new = torch.randint(0, 300, (3, N), generator=g)
+    k_old = _at(rotary, raw, p_old[:, None, :])
+    expected = _at(rotary, raw, p_new[:, None, :])
+    got = rotate_keys(k_old, p_new - p_old, spec)
+    assert (got - expected).abs().max().item() < 1e-5
+    # Controls that must fail: the h and w deltas swapped, and the contiguous (Qwen2.5-VL) layout.
+    swapped = rotate_keys(k_old, (p_new - p_old)[[0, 2, 1]], spec)
+    assert (swapped - expected).abs().max().item() > 1e-2
+    contiguous = RopeSpec.from_config(head_dim, 5e6, section)
+    assert (rotate_keys(k_old, p_new - p_old, contiguous) - expected).abs().max().item() > 1e-2
 
 
 def test_dense_rank_and_per_axis_compaction():

@@ -15,7 +15,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from hermes.models import tiny
 
-ARCHS = ("llava_onevision", "qwen2_5_vl")
+ARCHS = ("llava_onevision", "qwen2_5_vl", "qwen3_vl")
 LAYERS = 3
 
 
@@ -39,7 +39,7 @@ def _load(path: Path, **kw):
 
 
 def test_unknown_arch_raises(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"llava_onevision.*qwen2_5_vl"):
+    with pytest.raises(ValueError, match=r"llava_onevision.*qwen2_5_vl.*qwen3_vl"):
         tiny.build_tiny("gpt2", tmp_path)
     with pytest.raises(ValueError, match="supported"):
         tiny.default_tiny_dir("nope", 4)
@@ -50,6 +50,7 @@ def test_unknown_arch_raises(tmp_path: Path) -> None:
     [
         ("llava_onevision", "LlavaOnevisionProcessor", "LlavaOnevisionForConditionalGeneration"),
         ("qwen2_5_vl", "Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration"),
+        ("qwen3_vl", "Qwen3VLProcessor", "Qwen3VLForConditionalGeneration"),
     ],
 )
 def test_loads_through_auto_classes(tiny_dirs, arch: str, proc_cls: str, model_cls: str) -> None:
@@ -100,6 +101,35 @@ def test_qwen_video_tokens_and_forward(tiny_dirs, h: int, w: int, grid_hw: tuple
     assert torch.isfinite(out.logits).all()
 
 
+@pytest.mark.parametrize(
+    ("n", "h", "w", "grid_hw"), [(2, 64, 64, (14, 14)), (4, 224, 224, (14, 14)), (2, 120, 160, (14, 18))]
+)
+def test_qwen3_video_tokens_and_forward(tiny_dirs, n: int, h: int, w: int, grid_hw: tuple[int, int]) -> None:
+    processor, model = _load(tiny_dirs["qwen3_vl"])
+    meta = [{"fps": 1.0, "total_num_frames": n, "frames_indices": list(range(n))}]
+    inputs = processor(
+        text=_video_prompt(processor),
+        videos=[_frames(n, h, w)],
+        video_metadata=meta,
+        do_sample_frames=False,
+        return_tensors="pt",
+    )
+    # 16 px patches, 2 frames per temporal patch; a chunk's pixel volume is raised to at least
+    # 2 x 224 x 224 (64x64 and 120x160 frame pairs are upscaled), and 224x224 frames stay as they are.
+    assert inputs["video_grid_thw"].tolist() == [[n // 2, *grid_hw]]
+    ids = inputs["input_ids"][0]
+    n_video = int((ids == model.config.video_token_id).sum())
+    assert n_video == (n // 2) * grid_hw[0] * grid_hw[1] // 4
+    # Each frame pair: its timestamp (the mean time of its two frames), then its own vision block.
+    text = processor.tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.count("<|vision_start|>") == n // 2 + 1  # the chat template's own one wraps them all
+    assert "<0.5 seconds><|vision_start|><|video_pad|>" in text
+    with torch.no_grad():
+        out = model(**inputs)
+    assert out.logits.shape[1] == ids.shape[0] and torch.isfinite(out.logits).all()
+    assert len(out.video_outputs.deepstack_features) == len(tiny.QWEN3_DEEPSTACK)
+
+
 def test_qwen_get_rope_index_facts(tiny_dirs) -> None:
     """Pin the transformers behaviour the M-RoPE re-indexing relies on."""
     processor, model = _load(tiny_dirs["qwen2_5_vl"])
@@ -141,7 +171,7 @@ def test_tokenizer_roundtrip_and_specials(tiny_dirs, arch: str) -> None:
     assert tok.decode(ids) == text
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
     assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]) == [256, 257, 258]
-    placeholder = "<video>" if arch == "llava_onevision" else "<|video_pad|>"
+    placeholder = "<video>" if arch == "llava_onevision" else "<|video_pad|>"  # Qwen2.5-VL and Qwen3-VL
     assert processor.video_token_id == tok.convert_tokens_to_ids(placeholder)
     assert tok.encode(f"<|im_start|>{placeholder}") == [257, processor.video_token_id]
     assert placeholder in _video_prompt(processor)
@@ -181,7 +211,7 @@ def test_rope_is_relative_and_matters(tiny_dirs, arch: str) -> None:
     base = torch.arange(40).unsqueeze(0)
 
     def logits(pos: torch.Tensor) -> torch.Tensor:
-        if arch == "qwen2_5_vl":
+        if arch != "llava_onevision":  # M-RoPE: text at the same position on t, h and w
             pos = pos.unsqueeze(0).expand(3, -1, -1)
         with torch.no_grad():
             return model(input_ids=ids, position_ids=pos).logits

@@ -7,7 +7,9 @@ import argparse
 
 def add_build_tiny_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("build-tiny", help="write a tiny random-weight checkpoint of a supported architecture")
-    p.add_argument("--arch", choices=["llava_onevision", "qwen2_5_vl"], required=True)
+    from hermes.models.tiny import SUPPORTED_ARCHS
+
+    p.add_argument("--arch", choices=SUPPORTED_ARCHS, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)

@@ -6,7 +6,9 @@ middle layers. The hybrid prompt starts with the global one, so that a single fo
 it serves both: under causal attention the global tokens' queries see exactly what they would in
 a pass of their own. The attention is computed from the true hidden states of a forward pass over the
 prompt, with SDPA left in place: a hook on each attention module rebuilds q = RoPE(q_proj(h))
-and takes the keys from the cache layer.
+(q_norm first where the model has one, as Qwen3-VL does) and takes the keys from the cache
+layer. Each hook runs on its layer's device, so a model spread over several GPUs is probed where
+each layer's memory lives.
 """
 
 from __future__ import annotations
@@ -96,7 +98,10 @@ class AttentionProbe:
             cos, sin = kwargs["position_embeddings"]
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
             batch, n_new, _ = hidden.shape
-            q = module.q_proj(hidden).view(batch, n_new, -1, module.head_dim).transpose(1, 2)
+            q = module.q_proj(hidden).view(batch, n_new, -1, module.head_dim)
+            if getattr(module, "q_norm", None) is not None:  # Qwen3 normalises each head's query before RoPE
+                q = module.q_norm(q)
+            q = q.transpose(1, 2)
             q, _ = apply_rotary_pos_emb(q, q, cos, sin)
             # The cache layer already holds the new tokens' keys (the module appended them). Scale q,
             # not the (heads x new x keys) scores, and mask only the new keys: the old ones are

@@ -33,6 +33,10 @@ from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.tiers import TierMap
 
 SUMMARY_ID = -1
+# Tokens of storage beyond the first chunk's size: a later chunk of the same frames may be a few
+# tokens longer (Qwen3-VL writes each frame pair's time, which gains a digit at 10 s, 100 s, ...),
+# and should not make the buffers grow.
+CHUNK_SLACK = 64
 # Dtypes too coarse to rotate cached keys again and again: their layers keep origin keys.
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
@@ -374,7 +378,7 @@ class HermesCache(Cache):
         """Make room for `n` scratch tokens in every layer, sizing storage for the whole stream."""
         total = None
         if self.capacity is not None:
-            total = self.prefix_len + self.capacity + n
+            total = self.prefix_len + self.capacity + n + CHUNK_SLACK
         for layer in self.layers:
             if layer.is_initialized:
                 layer.reserve(n, total)

@@ -1,9 +1,11 @@
 """Rotary position bookkeeping: rotate cached keys to new positions, and compaction plans.
 
 Cached keys already carry RoPE(p_old). Rotating them by RoPE(p_new - p_old) gives exactly the key
-the model would have computed at p_new, so re-indexing never re-runs the model. For M-RoPE
-(Qwen2.5-VL) each frequency channel belongs to one axis (t, h or w) by `mrope_section`, and is
-rotated by that axis' own delta.
+the model would have computed at p_new, so re-indexing never re-runs the model. For M-RoPE each
+frequency channel belongs to one axis (t, h or w) and is rotated by that axis' own delta. Which
+channel follows which axis is the model's layout: contiguous sections for Qwen2.5-VL
+(`mrope_section` [16, 24, 24]: channels 0-15 t, 16-39 h, 40-63 w), interleaved for Qwen3-VL
+(t, h, w, t, h, w, ... up to 3 x the h and w sections, the remaining channels t).
 """
 
 from __future__ import annotations
@@ -17,14 +19,28 @@ import torch
 
 @dataclass(frozen=True)
 class RopeSpec:
-    """The rotary frequencies of a model: inv_freq (head_dim/2,) and, for M-RoPE, its sections."""
+    """The rotary frequencies of a model: inv_freq (head_dim/2,) and, for M-RoPE, its sections and
+    whether the axes take their channels in contiguous sections or interleaved."""
 
     inv_freq: torch.Tensor
     mrope_section: tuple[int, ...] | None = None
+    interleaved: bool = False
 
     def __post_init__(self) -> None:
-        if self.mrope_section is not None and sum(self.mrope_section) != self.inv_freq.numel():
-            raise ValueError(f"mrope_section {self.mrope_section} must sum to head_dim/2 = {self.inv_freq.numel()}")
+        if self.mrope_section is None:
+            if self.interleaved:
+                raise ValueError("interleaved is a layout of M-RoPE sections; give mrope_section too")
+            return
+        if len(self.mrope_section) != 3 or sum(self.mrope_section) != self.inv_freq.numel():
+            raise ValueError(
+                f"mrope_section {self.mrope_section} must be 3 sections (t, h, w) summing to "
+                f"head_dim/2 = {self.inv_freq.numel()}"
+            )
+        _, h, w = self.mrope_section
+        n = self.inv_freq.numel()
+        # Interleaved, the last h channel is 3h - 2 and the last w channel 3w - 1.
+        if self.interleaved and (3 * h - 2 >= n or 3 * w - 1 >= n):
+            raise ValueError(f"interleaved sections {self.mrope_section} do not fit in {n} channels")
 
     @property
     def axes(self) -> int:
@@ -37,16 +53,43 @@ class RopeSpec:
 
     def channel_axes(self) -> torch.Tensor:
         """For each frequency channel, the position axis that drives it."""
+        n = self.inv_freq.numel()
         if self.mrope_section is None:
-            return torch.zeros(self.inv_freq.numel(), dtype=torch.long)
-        # Same layout as transformers' recomposition: section i follows axis i % 3.
-        return torch.cat([torch.full((n,), i % 3, dtype=torch.long) for i, n in enumerate(self.mrope_section)])
+            return torch.zeros(n, dtype=torch.long)
+        if self.interleaved:
+            # Qwen3-VL's recomposition: channels 1, 4, 7, ... (3 x the h section) take h, channels
+            # 2, 5, 8, ... (3 x the w section) take w, every other channel t.
+            axes = torch.zeros(n, dtype=torch.long)
+            for axis in (1, 2):
+                axes[axis : 3 * self.mrope_section[axis] : 3] = axis
+            return axes
+        # Qwen2.5-VL's recomposition: section i follows axis i % 3.
+        return torch.cat([torch.full((k,), i % 3, dtype=torch.long) for i, k in enumerate(self.mrope_section)])
 
     @classmethod
-    def from_config(cls, head_dim: int, theta: float, mrope_section: Sequence[int] | None = None) -> RopeSpec:
+    def from_channel_axes(cls, inv_freq: torch.Tensor, axes: Sequence[int]) -> RopeSpec:
+        """The spec whose channels follow `axes` (one axis per channel), as read from a model's
+        rotary module; ValueError for a layout that is neither plain, contiguous nor interleaved."""
+        axes = torch.as_tensor(list(axes), dtype=torch.long)
+        if not bool(axes.any()):
+            return cls(inv_freq)
+        section = tuple(int((axes == a).sum()) for a in range(3))
+        for interleaved in (False, True):
+            try:
+                spec = cls(inv_freq, section, interleaved)
+            except ValueError:
+                continue
+            if torch.equal(spec.channel_axes(), axes):
+                return spec
+        raise ValueError(f"unsupported M-RoPE layout (channel -> axis {axes.tolist()})")
+
+    @classmethod
+    def from_config(
+        cls, head_dim: int, theta: float, mrope_section: Sequence[int] | None = None, interleaved: bool = False
+    ) -> RopeSpec:
         """Default (unscaled) RoPE frequencies, as transformers computes them."""
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        return cls(inv_freq, tuple(mrope_section) if mrope_section is not None else None)
+        return cls(inv_freq, tuple(mrope_section) if mrope_section is not None else None, interleaved)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ with explicit positions: the HERMES memory, not the cache length, decides where 
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -19,6 +20,32 @@ from hermes.memory.cache import kv_bytes_per_token
 from hermes.memory.rope import RopeSpec
 
 SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+def execution_device(module: torch.nn.Module) -> torch.device:
+    """Where `module` computes: its accelerate hook's execution device when it has one (weights
+    offloaded to the CPU or disk are brought there to run), else the device of its weights."""
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", [hook]):
+        device = getattr(h, "execution_device", None)
+        if device is not None:
+            return torch.device(device)  # an int is an accelerator index
+    return next(module.parameters()).device
+
+
+@torch.no_grad()
+def rotary_channel_axes(rotary: torch.nn.Module) -> list[int]:
+    """For each frequency channel of an M-RoPE rotary module, the axis (0 t, 1 h, 2 w) that drives
+    it, read from the module itself: token j sits at 1 on axis j and 0 on the others, so channel c
+    turns (sin != 0) for the one token whose axis drives it."""
+    device = rotary.inv_freq.device
+    n = rotary.inv_freq.numel()
+    positions = torch.eye(3, dtype=torch.long, device=device)[:, None, :]  # (axes, batch 1, tokens 3)
+    _, sin = rotary(torch.zeros(1, device=device), positions)
+    moved = sin[0, :, :n] != 0  # (tokens, channels); the second half repeats the first
+    if not bool((moved.sum(dim=0) == 1).all()):
+        raise ValueError("the rotary module does not give each channel exactly one position axis")
+    return moved.long().argmax(dim=0).tolist()
 
 
 @dataclass
@@ -35,6 +62,12 @@ class ChunkInputs:
         return self.input_ids.shape[-1]
 
 
+def _cache_argument(model: Any) -> str:
+    """The name the model's forward takes the cache by: transformers renamed `past_key_values`
+    to `cache` during 5.x, and the GPU machines may run a release from before the rename."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class VideoLM(ABC):
     """A video LLM behind the narrow interface the streaming engine uses."""
 
@@ -49,7 +82,8 @@ class VideoLM(ABC):
         self.tokenizer = processor.tokenizer
         self.source = source
         self.random_weights = random_weights
-        self.device = next(model.parameters()).device
+        # Where inputs go: the device of the input embeddings (with a device_map, the first GPU).
+        self.device = execution_device(model.get_input_embeddings())
         self.dtype = next(model.parameters()).dtype
         self.text_config = model.config.get_text_config(decoder=True)
 
@@ -77,11 +111,27 @@ class VideoLM(ABC):
         """The self-attention module of each decoder layer, in order."""
         return [layer.self_attn for layer in self.language_model.layers]
 
+    def layer_devices(self) -> list[torch.device]:
+        """The device each decoder layer runs on, and so where its part of the memory lives.
+
+        One device unless the model was loaded with a device_map; then layers that accelerate
+        offloads to the CPU or disk still run (and keep their keys) on their execution device.
+        """
+        return [execution_device(layer) for layer in self.language_model.layers]
+
+    @property
+    def devices(self) -> list[torch.device]:
+        """The distinct devices of the decoder layers, in layer order."""
+        return list(dict.fromkeys(self.layer_devices()))
+
     def rope_spec(self) -> RopeSpec:
-        """The frequencies the model really uses (any rope scaling already applied)."""
+        """The frequencies the model really uses (any rope scaling already applied), and for M-RoPE
+        which axis drives each channel, read from the model's own rotary module."""
         rotary = self.language_model.rotary_emb
-        section = getattr(rotary, "mrope_section", None)
-        return RopeSpec(rotary.inv_freq.detach().float().cpu(), tuple(section) if section else None)
+        inv_freq = rotary.inv_freq.detach().float().cpu()
+        if getattr(rotary, "mrope_section", None) is None:
+            return RopeSpec(inv_freq)
+        return RopeSpec.from_channel_axes(inv_freq, rotary_channel_axes(rotary))
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -112,8 +162,12 @@ class VideoLM(ABC):
 
     # -- model -----------------------------------------------------------------------------
     @abstractmethod
-    def chunk_inputs(self, pixels: np.ndarray, fps: float) -> ChunkInputs:
-        """Model inputs for frame pixels (F, H, W, 3) uint8 RGB sampled at `fps`."""
+    def chunk_inputs(self, pixels: np.ndarray, fps: float, timestamps: np.ndarray | None = None) -> ChunkInputs:
+        """Model inputs for frame pixels (F, H, W, 3) uint8 RGB sampled at `fps`.
+
+        `timestamps` (F,) are the frames' stream times in seconds (default: 0, 1/fps, ...); a backbone
+        that writes the time into its prompt (Qwen3-VL) uses them, the others need only `fps`.
+        """
 
     @abstractmethod
     def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
@@ -136,7 +190,7 @@ class VideoLM(ABC):
         out = self.model(
             input_ids=input_ids,
             position_ids=self.position_ids(positions.to(self.device)),
-            cache=cache,
+            **{_cache_argument(self.model): cache},
             use_cache=True,
             logits_to_keep=logits_to_keep,
             **model_kwargs,

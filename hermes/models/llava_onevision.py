@@ -19,7 +19,7 @@ class LlavaOnevision(VideoLM):
     default_fps: ClassVar[float] = 0.5  # the paper's sampling rate for this family
     video_close: ClassVar[str] = "\n"
 
-    def chunk_inputs(self, pixels: np.ndarray, fps: float) -> ChunkInputs:
+    def chunk_inputs(self, pixels: np.ndarray, fps: float, timestamps: np.ndarray | None = None) -> ChunkInputs:
         # SigLIP was trained on [-1, 1] inputs; the hub's video processor config for these
         # checkpoints does not always say so, hence mean = std = 0.5 here.
         proc = self.processor(

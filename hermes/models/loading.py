@@ -14,17 +14,29 @@ from transformers.utils import logging as hf_logging
 from hermes.models.base import VideoLM
 from hermes.models.llava_onevision import LlavaOnevision
 from hermes.models.qwen2_5_vl import Qwen25VL
+from hermes.models.qwen3_vl import Qwen3VL
 
 DEFAULT_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
-ADAPTERS: dict[str, type[VideoLM]] = {cls.arch: cls for cls in (LlavaOnevision, Qwen25VL)}
+ADAPTERS: dict[str, type[VideoLM]] = {cls.arch: cls for cls in (LlavaOnevision, Qwen25VL, Qwen3VL)}
+MODEL_CLASSES = (
+    "LlavaOnevisionForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration"
+)
 # Aliases for tiny random-weight models of the real architectures: (arch, decoder layers).
 TINY_ALIASES: dict[str, tuple[str, int]] = {
     "tiny": ("llava_onevision", 4),
     "tiny-qwen": ("qwen2_5_vl", 4),
+    "tiny-qwen3": ("qwen3_vl", 4),
     # The app's offline fallback: the 0.5B checkpoint's 24 layers, so its tier map looks real.
     "tiny-24": ("llava_onevision", 24),
 }
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
+DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPE_CHOICES = ("auto", *DTYPES)
+# accelerate's strategies for spreading a model over the visible GPUs (and the CPU when it must).
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+# CPU flags of native bf16 matrix arithmetic (Intel AMX, AVX-512 BF16): there bf16 runs about 3x
+# faster than fp32; elsewhere a CPU emulates bf16 and fp32 is the faster choice.
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 class ModelLoadError(RuntimeError):
@@ -39,6 +51,43 @@ def pick_device(device: str | None = None) -> tuple[torch.device, torch.dtype]:
     if dev.type == "cuda":
         return dev, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return dev, torch.float32
+
+
+def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Whether this CPU computes bf16 natively (AMX or AVX-512 BF16), from the kernel's CPU flags."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:  # not Linux: no flags to read, so assume emulated bf16
+        return False
+    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[-1].split()}
+    return any(flag in flags for flag in CPU_BF16_FLAGS)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """The torch dtype for `dtype` ('auto', 'bf16', 'fp16', 'fp32' or a torch dtype) on `device`.
+
+    'auto': bf16 on CUDA (fp16 where the GPU lacks bf16), bf16 on a CPU with native bf16 (AMX or
+    AVX-512 BF16), fp32 on other CPUs and devices. None keeps the loader's default: bf16 (or
+    fp16) on CUDA, fp32 elsewhere.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return pick_device(str(device))[1]
+    if dtype != "auto":
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_CHOICES)}")
+        return DTYPES[dtype]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cpu" and cpu_has_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'bf16', 'fp16' or 'fp32' (else torch's own name), as the options spell it."""
+    return next((name for name, d in DTYPES.items() if d == dtype), str(dtype).removeprefix("torch."))
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
@@ -76,7 +125,7 @@ def _load_config(source: str):
         raise ModelLoadError(
             f"Cannot load model {source!r}: it is not in the local Hugging Face cache and {why}. "
             f"Download it on a connected machine (huggingface-cli download {source}), pass a local folder, "
-            "or use --model tiny for a random-weight model of the same architecture."
+            "or use --model tiny, tiny-qwen or tiny-qwen3 for a random-weight model of the same architecture."
         )
     try:
         return AutoConfig.from_pretrained(source), False
@@ -84,26 +133,46 @@ def _load_config(source: str):
         raise ModelLoadError(f"Cannot load model {source!r}: {exc}") from exc
 
 
-def load_video_lm(name: str = DEFAULT_MODEL, device: str | None = None) -> VideoLM:
-    """Load a supported video LLM (LLaVA-OneVision or Qwen2.5-VL) for streaming."""
+def load_video_lm(
+    name: str = DEFAULT_MODEL,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    device_map: str | dict | None = None,
+) -> VideoLM:
+    """Load a supported video LLM (LLaVA-OneVision, Qwen2.5-VL or Qwen3-VL) for streaming.
+
+    `dtype`: 'auto', 'bf16', 'fp16', 'fp32' or a torch dtype (see `resolve_dtype`); None keeps
+    the default (bf16 on a GPU, fp32 on a CPU). `device_map` ('auto', 'balanced', ... or an
+    explicit map) spreads the model with accelerate over all visible GPUs, and the CPU when they
+    are full; each layer's memory then stays on its layer's device. Without it, the model goes to
+    `device` whole.
+    """
     if not name or not name.strip():
-        raise ModelLoadError("No model given: pass a hub id, a local folder, 'tiny' or 'tiny-qwen'.")
+        raise ModelLoadError("No model given: pass a hub id, a local folder, 'tiny', 'tiny-qwen' or 'tiny-qwen3'.")
+    if device_map is not None and device is not None:
+        raise ValueError("give a device or a device map, not both: a device map places every layer itself")
+    if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
+        raise ValueError(f"device map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}")
     source, random_weights = resolve(name.strip())
     config, local = _load_config(source)
     arch = getattr(config, "model_type", None)
     if arch not in ADAPTERS:
         raise ModelLoadError(
-            f"Model {name!r} is a {arch!r} model; HERMES Live supports "
-            f"{', '.join(ADAPTERS)} (LlavaOnevisionForConditionalGeneration, Qwen2_5_VLForConditionalGeneration)."
+            f"Model {name!r} is a {arch!r} model; HERMES Live supports {', '.join(ADAPTERS)} ({MODEL_CLASSES})."
         )
-    dev, dtype = pick_device(device)
+    # With a device map the layers land on the GPUs when there are any: pick the dtype for those.
+    dev = pick_device(device)[0] if device_map is None else pick_device(None)[0]
+    torch_dtype = resolve_dtype(dtype, dev)
     hf_logging.disable_progress_bar()  # per-shard bars are noise in a CLI transcript and in logs
+    placement = {} if device_map is None else {"device_map": device_map}
     try:
         processor = AutoProcessor.from_pretrained(source, local_files_only=local)
         model = AutoModelForImageTextToText.from_pretrained(
-            source, local_files_only=local, dtype=dtype, attn_implementation="sdpa"
-        ).to(dev)
-    except (OSError, ValueError) as exc:
+            source, local_files_only=local, dtype=torch_dtype, attn_implementation="sdpa", **placement
+        )
+        if device_map is None:
+            model = model.to(dev)
+    except (OSError, ValueError, ImportError) as exc:
         raise ModelLoadError(f"Cannot load model {name!r}: {exc}") from exc
     return wrap(model, processor, source=name, random_weights=random_weights)
 
@@ -113,7 +182,8 @@ def wrap(model: Any, processor: Any, source: str = "", random_weights: bool = Fa
     arch = getattr(model.config, "model_type", None)
     if arch not in ADAPTERS:
         raise ModelLoadError(
-            f"{type(model).__name__} ({arch!r}) is not supported; HERMES Live supports {', '.join(ADAPTERS)}"
+            f"{type(model).__name__} ({arch!r}) is not supported; HERMES Live supports {', '.join(ADAPTERS)} "
+            f"({MODEL_CLASSES})"
         )
     return ADAPTERS[arch](
         model, processor, source=source or getattr(model, "name_or_path", ""), random_weights=random_weights

@@ -20,7 +20,7 @@ class Qwen25VL(VideoLM):
     video_open: ClassVar[str] = "<|vision_start|>"
     video_close: ClassVar[str] = "<|vision_end|>"
 
-    def chunk_inputs(self, pixels: np.ndarray, fps: float) -> ChunkInputs:
+    def chunk_inputs(self, pixels: np.ndarray, fps: float, timestamps: np.ndarray | None = None) -> ChunkInputs:
         if len(pixels) % self.frame_multiple:
             raise ValueError(f"Qwen2.5-VL needs an even number of frames per chunk, got {len(pixels)}")
         # The real fps matters: without it the processor assumes 24 fps and the temporal

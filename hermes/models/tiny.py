@@ -4,7 +4,7 @@
 checkpoint: `AutoProcessor.from_pretrained(d)` and
 `AutoModelForImageTextToText.from_pretrained(d)`. Only the sizes are tiny; the classes,
 processors, placeholder logic, RoPE flavour (1D for LLaVA-OneVision, M-RoPE for
-Qwen2.5-VL), GQA and chat templates are the real ones. Answers are noise; the cache and
+Qwen2.5-VL, interleaved M-RoPE for Qwen3-VL), GQA and chat templates are the real ones. Answers are noise; the cache and
 attention dynamics are real.
 
 Token layout (ids are the tiny tokenizer's, not the real 151k vocabulary):
@@ -20,6 +20,12 @@ Tokens per frame:
   224*224 here), 14 px patches, 2x2 spatial merge, 2 frames per temporal patch. A 224x224
   frame pair gives 8x8 = 64 `<|video_pad|>` tokens; in general ceil(F/2)*(H/28)*(W/28) for the
   resized H, W (F padded up to even by repeating the last frame). No newline token.
+- Qwen3-VL: 16 px patches, 2x2 spatial merge, 2 frames per temporal patch, as in the real
+  checkpoints. The video processor bounds the pixels of the whole chunk (frames x height x width),
+  not of one frame: at least QWEN3_MIN_VIDEO_PIXELS (so a 2-frame chunk of small frames is
+  upscaled to about 224x224, 7x7 = 49 tokens per frame pair), at most the real processor's
+  default. Each frame pair is preceded by a textual timestamp, "<1.5 seconds>", and wrapped in
+  `<|vision_start|>` ... `<|vision_end|>`.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ARCHS: tuple[str, ...] = ("llava_onevision", "qwen2_5_vl")
+SUPPORTED_ARCHS: tuple[str, ...] = ("llava_onevision", "qwen2_5_vl", "qwen3_vl")
 
 # Bump when the builder output changes, so cached checkpoints are rebuilt, not reused.
 TINY_VERSION = 1
@@ -68,6 +74,14 @@ QWEN_FRAME_PIXELS = 224 * 224  # smart_resize target (min = max) for video frame
 QWEN_TOKENS_PER_FRAME_PAIR_224 = (224 // (QWEN_PATCH * QWEN_MERGE)) ** 2  # 64
 QWEN_MROPE_SECTION = [2, 3, 3]  # sums to LM_HEAD_DIM / 2 = 8 (real: [16, 24, 24] at 128)
 QWEN_TOKENS_PER_SECOND = 2  # as in the real Qwen2.5-VL vision config
+
+# Qwen3-VL: real patch/merge/temporal sizes, tiny width/depth, DeepStack into the first 2 layers.
+QWEN3_PATCH = 16
+QWEN3_MROPE_SECTION = [4, 2, 2]  # interleaved: h on channels 1, 4; w on 2, 5; t on the rest (real: [24, 20, 20])
+QWEN3_ROPE_THETA = 5_000_000.0  # as in the real Qwen3-VL checkpoints
+QWEN3_DEEPSTACK = [0, 1]  # vision blocks whose features are added to decoder layers 0 and 1 (real: [8, 16, 24])
+QWEN3_MIN_VIDEO_PIXELS = 2 * 224 * 224  # frames x height x width of a chunk, at least
+QWEN3_MAX_VIDEO_PIXELS = 32 * 32 * 768  # the real video processor's default bound
 
 # Special tokens, in the order of the real vocabularies (real ids start at 151643).
 _COMMON_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -124,6 +138,19 @@ QWEN_CHAT_TEMPLATE = (
 )
 
 
+# The Qwen3-VL-Instruct chat template, reduced to what a video chat uses (no default system prompt;
+# the processor expands <|video_pad|> into timestamped frame groups).
+QWEN3_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2 byte -> printable unicode map (what the ByteLevel pre-tokenizer emits)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
@@ -160,7 +187,12 @@ def _build_tokenizer(specials: list[str], chat_template: str) -> Any:
 
 
 def _scale_qk(layers: torch.nn.ModuleList, seed: int, std: float) -> None:
-    """Re-initialise q_proj/k_proj weights so attention is far from uniform (see QK_INIT_STD)."""
+    """Re-initialise q_proj/k_proj weights so attention is far from uniform (see QK_INIT_STD).
+
+    Qwen3 normalises q and k per head (RMSNorm) right after the projections, which undoes their
+    scale; there the norms' weights carry it instead: sqrt(hidden) * std, the element std that
+    q_proj alone gives the other backbones (2 at the default std, so logits of std 2^2 = 4).
+    """
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for layer in layers:
@@ -168,6 +200,9 @@ def _scale_qk(layers: torch.nn.ModuleList, seed: int, std: float) -> None:
             for proj in (attn.q_proj, attn.k_proj):
                 w = torch.randn(proj.weight.shape, generator=gen, dtype=torch.float32) * std
                 proj.weight.copy_(w)
+                norm = getattr(attn, "q_norm" if proj is attn.q_proj else "k_norm", None)
+                if norm is not None:
+                    norm.weight.fill_(std * proj.in_features**0.5)
 
 
 def _text_kwargs(vocab_size: int, num_layers: int, specials: list[str]) -> dict[str, Any]:
@@ -313,6 +348,73 @@ def _build_qwen(num_layers: int) -> tuple[Any, Any]:
     return model, processor
 
 
+def _build_qwen3(num_layers: int) -> tuple[Any, Any]:
+    """(model, processor) for Qwen3-VL with a tiny LM (interleaved M-RoPE, q/k norms) and a tiny ViT
+    whose DeepStack features feed the first decoder layers."""
+    from transformers import (
+        Qwen2VLImageProcessor,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    tokenizer = _build_tokenizer(_QWEN_SPECIALS, QWEN3_CHAT_TEMPLATE)
+    text_config = {
+        **_text_kwargs(len(tokenizer), num_layers, _QWEN_SPECIALS),
+        "head_dim": LM_HEAD_DIM,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": QWEN3_ROPE_THETA,
+            "mrope_section": QWEN3_MROPE_SECTION,
+            "mrope_interleaved": True,
+        },
+    }
+    vision_config = {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": QWEN3_PATCH,
+        "spatial_merge_size": QWEN_MERGE,
+        "temporal_patch_size": QWEN_TEMPORAL_PATCH,
+        "out_hidden_size": LM_HIDDEN,
+        "num_position_embeddings": 256,  # a 16x16 grid of learned position embeddings, interpolated per frame
+        "deepstack_visual_indexes": QWEN3_DEEPSTACK,
+    }
+    ids = {t: 256 + i for i, t in enumerate(_QWEN_SPECIALS)}
+    config = Qwen3VLConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,  # as in the real 8B checkpoint
+    )
+    model = Qwen3VLForConditionalGeneration(config)
+
+    common = {"patch_size": QWEN3_PATCH, "temporal_patch_size": QWEN_TEMPORAL_PATCH, "merge_size": QWEN_MERGE}
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": 64 * 64, "longest_edge": QWEN_FRAME_PIXELS}, **common
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        size={"shortest_edge": QWEN3_MIN_VIDEO_PIXELS, "longest_edge": QWEN3_MAX_VIDEO_PIXELS},
+        cap_pixels_per_frame=False,
+        **common,
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=QWEN3_CHAT_TEMPLATE,
+    )
+    return model, processor
+
+
+_BUILDERS = {"llava_onevision": _build_llava, "qwen2_5_vl": _build_qwen, "qwen3_vl": _build_qwen3}
+
+
 def build_tiny(
     arch: str,
     out_dir: str | Path,
@@ -335,8 +437,7 @@ def build_tiny(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    builder = _build_llava if arch == "llava_onevision" else _build_qwen
-    model, processor = builder(num_layers)
+    model, processor = _BUILDERS[arch](num_layers)
     _scale_qk(model.model.language_model.layers, seed, qk_std)
     model = model.to(torch.float32).eval()
     model.config.dtype = torch.float32  # saved as "dtype": "float32"
