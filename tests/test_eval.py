@@ -13,8 +13,10 @@ import torch
 
 from hermes.cli.eval import add_eval_parser
 from hermes.engine.session import StreamingSession
+from hermes.engine.watch import AnswerWords
 from hermes.eval import formats
-from hermes.eval.formats import BENCHES, AnnotationError, Item, parse_time
+from hermes.eval.formats import BENCHES, AnnotationError, ForwardItem, Item, parse_time
+from hermes.eval.forward import credited, ovo_correct, ovo_scores
 from hermes.eval.harness import (
     EvalSettings,
     VideoFinder,
@@ -91,10 +93,22 @@ def ovobench(path: Path) -> Path:
              "answer": "table", "options": ["table", "floor", "sink"], "gt": 0},
             {"id": 8, "task": "OCR", "video": "Ego4D/clips/ego.mp4", "realtime": 2.5, "question": "What text?",
              "options": ["x", "y"], "gt": 1},
-            {"id": 9, "task": "REC", "video": "Ego4D/clips/ego.mp4", "realtime": 3, "question": "Count?",
-             "options": ["1", "2"], "gt": 0},
             {"id": 10, "task": "STU", "video": "Ego4D/clips/ego.mp4", "realtime": 3, "question": "Bad gt",
              "options": ["1", "2"], "gt": 5},
+            # Forward active responding, in the released file's format: test points with their times.
+            {"id": 9, "task": "REC", "video": "videos/long.mp4", "activity": "wave a hand", "start_times": [2],
+             "end_times": [4], "test_info": [{"realtime": 3, "count": 0}, {"realtime": 6, "count": 1},
+                                             {"realtime": 9.0, "count": 1}]},
+            {"id": 11, "task": "SSR", "video": "videos/long.mp4", "tutorial": "Box", "all_steps": ["open the box",
+             "close the box"], "start_time": [1, 6], "end_time": [4, 9], "test_info": [
+                {"realtime": 2, "step": "open the box", "type": 1},
+                {"realtime": 5, "step": "close the box", "type": 0},
+                {"realtime": 7, "step": "close the box", "type": 1},
+                {"realtime": 8, "step": "close the box", "type": "maybe"}]},
+            {"id": 12, "task": "CRR", "video": "Ego4D/clips/ego.mp4", "question": "What colour is the flash?",
+             "answer": "red", "ask_time": 1, "clue_time": 5, "test_info": [
+                {"realtime": 1, "type": 0}, {"realtime": 4, "type": 0}, {"realtime": 6, "type": 1}]},
+            {"id": 13, "task": "CRR", "video": "Ego4D/clips/ego.mp4", "question": "No tests?", "test_info": []},
         ],
     )  # fmt: skip
 
@@ -192,10 +206,49 @@ def test_ovobench_format(tmp_path: Path) -> None:
     assert [(i.qid, i.task, i.group, i.answer, i.at_s) for i in items] == [
         ("7", "EPM", "backward", "A", 6.0),
         ("8", "OCR", "real-time", "B", 2.5),
+        ("9/0", "REC", "forward", "0", 3.0),
+        ("9/1", "REC", "forward", "1", 6.0),
+        ("9/2", "REC", "forward", "1", 9.0),
+        ("11/0", "SSR", "forward", "Yes", 2.0),
+        ("11/1", "SSR", "forward", "No", 5.0),
+        ("11/2", "SSR", "forward", "Yes", 7.0),
+        ("12/0", "CRR", "forward", "No", 1.0),
+        ("12/1", "CRR", "forward", "No", 4.0),
+        ("12/2", "CRR", "forward", "Yes", 6.0),
     ]
     reasons = {p.qid: p.reason for p in problems}
-    assert "forward task REC" in reasons["9"]
-    assert "gt 5" in reasons["10"]
+    assert reasons == {
+        "10": "gt 5 is not an option index 0-1",
+        "11/3": "type 'maybe' is not 0 (No) or 1 (Yes)",
+        "13": "no 'test_info' list of test times",
+    }
+    forward = {i.qid: i for i in items if isinstance(i, ForwardItem)}
+    # OVO-Bench's own prompts (constant.py), filled as its build_prompt does.
+    assert forward["9/0"].prompt().startswith("You're watching a video in which people may perform")
+    assert "answer the following question: How many times did they wave a hand?\n" in forward["9/0"].prompt()
+    assert "whole procedures: \nclose the box\nYour task" in forward["11/1"].prompt()
+    assert forward["12/0"].prompt().endswith("Do not include any additional text or explanation in your response.")
+    assert "What colour is the flash?" in forward["12/0"].prompt() and forward["12/0"].options == ()
+
+
+def test_ovo_scoring_follows_its_score_script() -> None:
+    # REC: the digits of the response, joined, against the count.
+    assert ovo_correct("REC", "3", "3") and ovo_correct("REC", "They did it 3 times.", "3")
+    assert not ovo_correct("REC", "1 and 2", "2") and ovo_correct("REC", "1 and 2", "12")
+    assert not ovo_correct("REC", None, "0") and not ovo_correct("REC", "none", "0")
+    # SSR and CRR: exactly Y/N, or the expected word inside the response (case matters, as there).
+    assert ovo_correct("SSR", "N", "No") and ovo_correct("CRR", "Y", "Yes") and not ovo_correct("CRR", "Y", "No")
+    assert ovo_correct("SSR", "Yes.", "Yes") and not ovo_correct("SSR", "yes", "Yes")
+    assert ovo_correct("CRR", "No, not yet", "No") and not ovo_correct("CRR", "No, not yet", "Yes")
+    assert credited("SSR", "Yes or No", "No") == "No" and credited("SSR", "maybe", "Yes") is None
+    assert credited("REC", "about 4", "4") == "4"
+    summary = {
+        "tasks": {t: {"accuracy": a} for t, a in {"EPM": 0.5, "ASI": 1.0, "OCR": 0.25, "REC": 0.0, "SSR": 1.0}.items()}
+    }
+    scores = ovo_scores(summary)
+    # Per group the mean of its tasks, overall the mean of the groups.
+    assert scores == pytest.approx({"backward": 75.0, "real-time": 25.0, "forward": 50.0, "overall": 50.0})
+    assert ovo_scores({"tasks": {"EPM": {"accuracy": 1.0}}})["overall"] is None
 
 
 def test_videomme_format_jsonl(tmp_path: Path) -> None:
@@ -302,6 +355,9 @@ def test_eval_end_to_end(bench: str, llava_lm, session, videos: Path, tmp_path: 
         # Streamed exactly up to the question's time (or the clip's end), from the clip's start.
         path = finder.find(item)[0]
         assert record["frames_seen"] == _frames_until(path, item.at_s, item.start_s, item.end_s)
+        if isinstance(item, ForwardItem):
+            _check_forward(item, record)
+            continue
         scores = record["option_logprobs"]
         assert sorted(scores) == list("ABCD"[: len(item.options)])
         assert record["pred"] == max(scores, key=scores.get)
@@ -315,11 +371,75 @@ def test_eval_end_to_end(bench: str, llava_lm, session, videos: Path, tmp_path: 
     assert summary["not_run"] == 0
     expected_skips = {
         "streamingbench": {"malformed entry": 2, "video not found": 1, "Cannot read video": 1},
-        "ovobench": {"malformed entry": 2},
+        "ovobench": {"malformed entry": 3},
         "videomme": {"malformed entry": 1, "video not found": 1},
         "mvbench": {"malformed entry": 1},
     }[bench]
     assert summary["skipped_by_reason"] == expected_skips
+
+
+def _check_forward(item: ForwardItem, record: dict) -> None:
+    """A forward test point's record: the prediction and its score as OVO-Bench reads them."""
+    assert record["group"] == "forward" and record["answer"] == item.answer and record["ttft_ms"] > 0
+    if item.task == "REC":  # a count: the digits of the generated answer
+        assert record["p_yes"] is None and record["pred"] == credited("REC", record["text"], item.answer)
+        assert record["correct"] == ovo_correct("REC", record["text"], item.answer)
+    else:  # yes/no: from p(yes), with the model's answer words
+        assert 0.0 <= record["p_yes"] <= 1.0
+        assert record["pred"] == ("Yes" if record["p_yes"] > 0.5 else "No")
+        assert record["correct"] == (record["pred"] == item.answer)
+        assert record["text_pred"] == credited(item.task, record["text"], item.answer)
+
+
+def test_ovobench_forward_scores_every_test_point(llava_lm, session, videos: Path, tmp_path: Path) -> None:
+    spec = BENCHES["ovobench"]
+    items, problems = spec.load(ovobench(tmp_path / "ovo.json"))
+    out = tmp_path / "ovo.jsonl"
+    summary = run_eval(llava_lm, spec, items, problems, session, videos, out, EvalSettings(max_new_tokens=3), False)
+    records = {r["qid"]: r for r in _records(out)}
+    forward = [i for i in items if isinstance(i, ForwardItem)]
+    assert len(forward) == 9
+    finder = VideoFinder(videos, spec.extensions)
+    for item in forward:  # every test point asked, at its own time
+        record = records[item.qid]
+        assert record["status"] == "answered", record
+        assert record["frames_seen"] == _frames_until(finder.find(item)[0], item.at_s)
+        _check_forward(item, record)
+    # The summary: per task as OVO-Bench scores it, and its group averages and overall score.
+    by_task: dict[str, list[bool]] = {}
+    for item in forward:
+        by_task.setdefault(item.task, []).append(records[item.qid]["correct"])
+    for task, correct in by_task.items():
+        assert summary["tasks"][task]["answered"] == len(correct)
+        assert summary["tasks"][task]["accuracy"] == pytest.approx(sum(correct) / len(correct))
+    scores = ovo_scores(summary)
+    assert scores["forward"] == pytest.approx(100 * np.mean([np.mean(c) for c in by_task.values()]))
+    assert scores["backward"] == 100 * summary["tasks"]["EPM"]["accuracy"]
+    assert scores["real-time"] == 100 * summary["tasks"]["OCR"]["accuracy"]
+    assert scores["overall"] == pytest.approx(np.mean([scores["backward"], scores["real-time"], scores["forward"]]))
+
+
+def test_forward_p_yes_matches_a_fresh_stream(llava_lm, session, videos: Path, tmp_path: Path) -> None:
+    """A forward test point's p(yes) is that of a session that saw the video up to its time only."""
+    spec = BENCHES["ovobench"]
+    items, _ = spec.load(ovobench(tmp_path / "ovo.json"))
+    item = next(i for i in items if i.qid == "11/1")  # SSR at 5 s
+    out = tmp_path / "one.jsonl"
+    run_eval(llava_lm, spec, [item], [], session, videos, out, EvalSettings(max_new_tokens=0), False)
+    record = _records(out)[0]
+
+    fresh = StreamingSession(llava_lm, session.config, policy="hermes")
+    chunker = Chunker(CHUNK)
+    for frame in iter_frames(videos / "videos" / "long.mp4", FPS):
+        if frame.t > 5.0:
+            break
+        chunk = chunker.push(frame)
+        if chunk is not None:
+            fresh.ingest(chunk)
+    fresh.ingest(chunker.flush())
+    expected = AnswerWords.for_lm(llava_lm).p_yes(fresh.first_token_logprobs(item.prompt()))
+    assert record["p_yes"] == pytest.approx(expected, abs=1e-5)
+    assert record["frames_seen"] == 6 and record["text"] == "" and record["text_pred"] is None
 
 
 def test_scores_match_a_fresh_stream(llava_lm, session, videos: Path, tmp_path: Path) -> None:
@@ -381,10 +501,15 @@ def test_eval_cli(llava_lm, videos: Path, tmp_path: Path, capsys: pytest.Capture
         "OVO-Bench" in table
         and "lazy re-indexing" in table
         and "| EPM | 1 |" in table
-        and "| **overall** | 2 |" in table
+        and "| REC | 3 |" in table
+        and "| *forward* | 9 |" in table
+        and "| **overall** | 11 |" in table
+        and "OVO-Bench score" in table
     )
     summary = json.loads((tmp_path / "ovo.summary.json").read_text())
-    assert summary["settings"]["reindex"] == "lazy" and summary["skipped"] == 2
+    assert summary["settings"]["reindex"] == "lazy" and summary["skipped"] == 3
+    assert set(summary["ovo"]) == {"backward", "real-time", "forward", "overall"}
+    assert f"overall {summary['ovo']['overall']:.2f}" in table
     videomme_args = parser.parse_args(
         ["eval", "--bench", "videomme", "--annotations", str(ann), "--videos", str(videos), "--limit", "0"]
     )

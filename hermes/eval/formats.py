@@ -6,8 +6,10 @@ letters; the answer is always a letter.
 
 - StreamingBench (real-time): [{video_path, questions: [{task_type, question, time_stamp
   "HH:MM:SS", options ["A. ..."], answer "C"}]}], asked at time_stamp while streaming.
-- OVO-Bench: [{id, task, video, realtime (s), question, options [...], gt (index)}], asked at
-  realtime while streaming; real-time and backward tasks (forward ones need another protocol).
+- OVO-Bench: backward and real-time tasks [{id, task, video, realtime (s), question, options
+  [...], gt (index)}], asked at realtime while streaming; forward active responding tasks (REC,
+  SSR, CRR) [{id, task, video, ..., test_info: [{realtime, ...}]}], one yes/no or count question
+  per test point, asked at its realtime with OVO-Bench's own prompt (ForwardItem).
 - Video-MME: [{videoID, duration, question_id, task_type, question, options ["A. ..."],
   answer}] (JSON list or JSON lines), asked after the whole video.
 - MVBench: one JSON per task of [{video, question, candidates, answer (text), start?, end?}],
@@ -30,6 +32,33 @@ _LETTERED = re.compile(r"^\s*\(?([A-Z])\s*[.):]\s*(.*)$", re.S)
 OVO_BACKWARD = ("EPM", "ASI", "HLD")
 OVO_REAL_TIME = ("STU", "OJR", "ATR", "ACR", "OCR", "FPD")
 OVO_FORWARD = ("REC", "SSR", "CRR")
+# OVO-Bench's prompts for its forward tasks, verbatim from its constant.py (JoeLeelyf/OVO-Bench),
+# typos included: a model is scored on the benchmark's own wording. REC's {} is "How many times did
+# they ACTIVITY?", SSR's the step, CRR's the question.
+OVO_FORWARD_PROMPTS = {
+    "REC": (
+        "\nYou're watching a video in which people may perform a certain type of action repetively. \n"
+        "The person performing this kind of action are referred to as 'they' in the following statement.\n"
+        "You're task is to count how many times have different people in the video perform this kind of action "
+        "in total.\nOne complete motion counts as one. \nNow, answer the following question: {}\n"
+        "Provide your answer as a single number (e.g., 0, 1, 2, 3…) indicating the total count.\n"
+        "Do not include any additional text or explanation in your response.\n"
+    ),
+    "SSR": (
+        "\nYou're watching a tutorial video which contain a sequential of steps. \n"
+        "The following is one step from the whole procedures: \n{}\n"
+        "Your task is to determine if the man or woman in the video is currently performing this step.\n"
+        "Answer only with “Yes” or “No”.\n"
+        "Do not include any additional text or explanation in your response.\n"
+    ),
+    "CRR": (
+        "\nYou're responsible of answering questions based on the video content. \n"
+        "The following question are relevant to the latest frames, i.e. the end of the video.\n{}\n"
+        "Decide whether existing visual content, especially latest frames, i.e. frames that near the end of the "
+        "video, provide enough information for answering the question.\nAnswer only with “Yes” or “No”.\n"
+        "Do not include any additional text or explanation in your response.\n"
+    ),
+}
 
 # MVBench: JSON file stem -> (task name, video folder under the MVBench video root). Used to find
 # a task's videos when --videos is that root, as the official loader does.
@@ -86,6 +115,17 @@ class Item:
         """The question, its lettered options and the instruction to answer with a letter."""
         lines = [self.question.strip(), *(f"{LETTERS[i]}. {o}" for i, o in enumerate(self.options))]
         return "\n".join([*lines, "Answer with the option's letter from the given choices directly."])
+
+
+@dataclass(frozen=True)
+class ForwardItem(Item):
+    """One test point of an OVO-Bench forward active responding task, asked at `at_s` (its
+    `realtime`) with the benchmark's prompt. `question` fills the prompt; `answer` is "Yes" or "No"
+    (SSR: the step is under way then; CRR: the clue has been shown by then) or the count so far (REC),
+    and there are no options."""
+
+    def prompt(self) -> str:
+        return OVO_FORWARD_PROMPTS[self.task].format(self.question).strip()
 
 
 @dataclass(frozen=True)
@@ -229,9 +269,49 @@ def load_streamingbench(path: str | Path) -> tuple[list[Item], list[Problem]]:
     return items, bad + problems
 
 
+def _ovo_forward(base: str, task: str, entry: dict, problems: list[Problem]) -> list[Item]:
+    """The test points of one OVO-Bench forward entry, as its evaluation code reads them: REC
+    (activity; per test: realtime, count), SSR (per test: realtime, step, type), CRR (question;
+    per test: realtime, type), where type 1 means the answer is Yes then."""
+    video = _text(entry, "video")
+    tests = entry.get("test_info")
+    if not isinstance(tests, list) or not tests:
+        raise _Bad("no 'test_info' list of test times")
+    query = ""  # SSR: each test point names its step
+    if task == "REC":  # the question OVO-Bench builds from the activity
+        query = f"How many times did they {_text(entry, 'activity')}?"
+    elif task == "CRR":
+        query = _text(entry, "question")
+    out: list[Item] = []
+    for j, test in enumerate(tests):
+        qid = f"{base}/{j}"
+        try:
+            if not isinstance(test, dict):
+                raise _Bad("test is not an object")
+            if task == "REC":
+                count = test.get("count")
+                whole = isinstance(count, int | float) and not isinstance(count, bool) and float(count).is_integer()
+                if not whole or count < 0:
+                    raise _Bad(f"count {count!r} is not a whole number")
+                answer = str(int(count))
+            else:
+                kind = test.get("type")
+                if isinstance(kind, bool) or kind not in (0, 1):
+                    raise _Bad(f"type {kind!r} is not 0 (No) or 1 (Yes)")
+                answer = "Yes" if kind == 1 else "No"
+            question = _text(test, "step") if task == "SSR" else query
+            at_s = parse_time(test.get("realtime"))
+            out.append(ForwardItem(qid, task, video, question, (), answer, at_s=at_s, group="forward"))
+        except _Bad as exc:
+            problems.append(Problem(qid, task, str(exc)))
+    return out
+
+
 def load_ovobench(path: str | Path) -> tuple[list[Item], list[Problem]]:
-    """OVO-Bench real-time and backward tasks, asked at `realtime` seconds."""
+    """OVO-Bench: backward and real-time tasks asked at `realtime` seconds, and forward tasks asked
+    at each of their test times."""
     path = Path(path)
+    problems: list[Problem] = []
 
     def qid(index: int, entry: Any) -> str:
         return str(entry.get("id", index)) if isinstance(entry, dict) else str(index)
@@ -239,7 +319,7 @@ def load_ovobench(path: str | Path) -> tuple[list[Item], list[Problem]]:
     def parse(index: int, entry: dict) -> list[Item]:
         task = _text(entry, "task")
         if task in OVO_FORWARD:
-            raise _Bad(f"forward task {task} needs repeated asking over time, which this harness does not do")
+            return _ovo_forward(qid(index, entry), task, entry, problems)
         group = "backward" if task in OVO_BACKWARD else "real-time" if task in OVO_REAL_TIME else "other"
         options = _options(entry, "options")
         gt = entry.get("gt")
@@ -258,7 +338,8 @@ def load_ovobench(path: str | Path) -> tuple[list[Item], list[Problem]]:
             )
         ]
 
-    return _collect(path, parse, qid)
+    items, bad = _collect(path, parse, qid)
+    return items, bad + problems
 
 
 def load_videomme(path: str | Path) -> tuple[list[Item], list[Problem]]:
@@ -340,7 +421,7 @@ class BenchSpec:
 
 BENCHES: dict[str, BenchSpec] = {
     "streamingbench": BenchSpec("StreamingBench (real-time)", load_streamingbench, "lazy", True),
-    "ovobench": BenchSpec("OVO-Bench (real-time and backward)", load_ovobench, "lazy", True),
+    "ovobench": BenchSpec("OVO-Bench (backward, real-time and forward)", load_ovobench, "lazy", True),
     "videomme": BenchSpec("Video-MME", load_videomme, "eager", False, (".mp4", ".mkv", ".webm", ".avi")),
     "mvbench": BenchSpec("MVBench", load_mvbench, "eager", False),
 }

@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from hermes.engine.session import QuestionError, StreamingSession
-from hermes.eval.formats import LETTERS, BenchSpec, Item, Problem
+from hermes.eval.formats import LETTERS, BenchSpec, ForwardItem, Item, Problem
+from hermes.eval.forward import answer_forward
 from hermes.models.base import VideoLM
 from hermes.serving.replay import play
 from hermes.video.decoding import VideoError, iter_frames
@@ -153,15 +154,13 @@ def _stream_video(
 
 def _ask(session: StreamingSession, item: Item, letter_ids: list[list[int]], settings: EvalSettings) -> dict:
     """Score one question from the memory as it is now; a record for the results file."""
-    n = len(item.options)
-    prompt = item.prompt()
     try:
-        scores = score_options(session.first_token_logprobs(prompt), letter_ids[:n])
-        answer = session.ask(prompt, settings.max_new_tokens) if settings.max_new_tokens > 0 else None
+        if isinstance(item, ForwardItem):  # OVO-Bench forward: yes/no or a count, scored as OVO-Bench does
+            scored = answer_forward(session, item, settings.max_new_tokens)
+        else:
+            scored = _answer_choice(session, item, letter_ids, settings)
     except QuestionError as exc:
         return _skip(item, str(exc))
-    pred = max(scores, key=scores.__getitem__)
-    text = answer.text if answer else ""
     return {
         "qid": item.qid,
         "task": item.task,
@@ -172,6 +171,20 @@ def _ask(session: StreamingSession, item: Item, letter_ids: list[list[int]], set
         "stream_s": session.stream_time_s,
         "frames_seen": session.frames_seen,
         "answer": item.answer,
+        **scored,
+    }
+
+
+def _answer_choice(session: StreamingSession, item: Item, letter_ids: list[list[int]], settings: EvalSettings) -> dict:
+    """A multiple-choice question's prediction fields: the letter with the highest first-token
+    log-probability, and the letter in the generated text."""
+    n = len(item.options)
+    prompt = item.prompt()
+    scores = score_options(session.first_token_logprobs(prompt), letter_ids[:n])
+    answer = session.ask(prompt, settings.max_new_tokens) if settings.max_new_tokens > 0 else None
+    pred = max(scores, key=scores.__getitem__)
+    text = answer.text if answer else ""
+    return {
         "pred": pred,
         "correct": pred == item.answer,
         "option_logprobs": scores,
