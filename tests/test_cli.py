@@ -111,3 +111,58 @@ def test_bad_memory_options_fail_before_the_model_loads(clips, capsys):
     # --fps 0 is refused (it used to fall back to the model's rate), and before the model would load.
     _expect_error(capsys, ["stream", str(clips["short"]), "--model", "nobody/no-such-model", "--fps", "0"], "fps")
     _expect_error(capsys, ["stream", str(clips["short"]), "--model", "nobody/no-such-model", "--budget", "0"], "budget")
+
+
+def _events(capsys, argv) -> list[dict]:
+    assert main(argv) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_watch_prints_a_check_per_chunk_and_leaves_the_cache_as_it_was(clips, capsys):
+    # The command as is (defaults: one 16-frame chunk of this short clip) ...
+    plain = ["stream", str(clips["short"]), "--model", "tiny", "--json"]
+    watched = _events(capsys, [*plain, "--watch", "Is there a red circle?"])
+    chunks = [e for e in watched if e["event"] == "chunk"]
+    checks = [e for e in watched if e["event"] == "watch"]
+    assert len(checks) == len(chunks) >= 1
+    assert all(0.0 <= c["p_yes"] <= 1.0 and c["question"] == "Is there a red circle?" for c in checks)
+    assert [c["cache_bytes"] for c in chunks] == [
+        c["cache_bytes"] for c in _events(capsys, plain) if c["event"] == "chunk"
+    ]
+
+    # ... and a longer stream that evicts, with two standing questions firing at once (a low threshold).
+    args = [*plain, "--chunk-frames", "2", "--fps", "1", "--budget", "300", "--max-new-tokens", "3"]
+    questions = ["Is there a red circle?", "Is it dark?"]
+    events = _events(capsys, [*args, "--watch", questions[0], "--watch", questions[1], "--watch-threshold", "0.01"])
+    chunks = [e for e in events if e["event"] == "chunk"]
+    checks = [e for e in events if e["event"] == "watch"]
+    alerts = [e for e in events if e["event"] == "answer"]
+    assert len(chunks) == 4 and chunks[-1]["evicted"] > 0
+    assert len(checks) == 2 * len(chunks)
+    for chunk, pair in zip(chunks, zip(checks[::2], checks[1::2], strict=True), strict=True):
+        assert [c["question"] for c in pair] == questions
+        for c in pair:
+            assert c["at_s"] == chunk["stream_time_s"] and 0.0 <= c["p_yes"] <= 1.0
+            # What a check costs, alone and against the chunk's prefill.
+            assert c["check_ms"] > 0 and c["check_over_prefill"] == pytest.approx(c["check_ms"] / chunk["prefill_ms"])
+    assert [c["fired"] for c in checks] == [True, True] + [False] * 6  # above from the start: once each
+    assert [(a["question"], a["alert"], a["at_s"]) for a in alerts] == [(q, True, 1.0) for q in questions]
+    assert all(a["tokens"] <= 3 and a["ttft_ms"] > 0 for a in alerts)
+    baseline = [e["cache_bytes"] for e in _events(capsys, args) if e["event"] == "chunk"]
+    assert [c["cache_bytes"] for c in chunks] == baseline
+
+
+def test_watch_transcript_and_bad_standing_questions(clips, capsys):
+    args = ["stream", str(clips["short"]), "--model", "tiny", "--chunk-frames", "4", "--fps", "1", "--budget", "300"]
+    assert main([*args, "--watch", "Is there a red circle?", "--watch-threshold", "0.01", "--max-new-tokens", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("ALERT (p(yes)") == 1 and "Is there a red circle?" in out
+    assert "standing questions: 2 checks" in err and "of its prefill" in err
+    # Refused before the model loads (this one does not exist), each with one clear line.
+    early = ["stream", str(clips["short"]), "--model", "nobody/no-such-model"]
+    _expect_error(capsys, [*early, "--watch", "  "], "standing question is empty")
+    _expect_error(capsys, [*early, "--watch", "x" * 1001], "1,001 characters long")
+    five = [arg for i in range(5) for arg in ("--watch", f"Is it {i}?")]
+    _expect_error(capsys, [*early, *five], "At most 4")
+    _expect_error(capsys, [*early, "--watch", "Is it on?", "--watch", "Is it on?"], "Already watching")
+    _expect_error(capsys, [*early, "--watch", "Is it on?", "--watch-threshold", "1"], "strictly between 0 and 1")
