@@ -123,10 +123,12 @@ class HermesLayer(CacheLayerMixin):
         self.length += n
         return self.keys, self.values
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.length + query_length, 0
+    def get_mask_sizes(self, query: int | torch.Tensor) -> tuple[int, int]:
+        # transformers passes the query length; releases before 5.x passed the cache positions.
+        n = query if isinstance(query, int) else query.shape[-1]
+        return self.length + n, 0
 
-    def get_seq_length(self) -> int:
+    def get_seq_length(self, *_: object) -> int:
         return self.length
 
     def get_max_length(self) -> int:

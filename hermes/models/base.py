@@ -78,6 +78,7 @@ class VideoLM(ABC):
 
     def __init__(self, model: Any, processor: Any, source: str, random_weights: bool = False) -> None:
         self.model = model.eval()
+        self._cache_argument = _cache_argument(model)
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.source = source
@@ -88,6 +89,12 @@ class VideoLM(ABC):
         self.text_config = model.config.get_text_config(decoder=True)
 
     # -- structure -----------------------------------------------------------------------
+    @property
+    def dtype_name(self) -> str:
+        """The weights' and the cache's precision as the options spell it: bf16, fp16 or fp32."""
+        names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+        return names.get(self.dtype, str(self.dtype).removeprefix("torch."))
+
     @property
     def language_model(self) -> torch.nn.Module:
         return self.model.model.language_model
@@ -190,7 +197,7 @@ class VideoLM(ABC):
         out = self.model(
             input_ids=input_ids,
             position_ids=self.position_ids(positions.to(self.device)),
-            **{_cache_argument(self.model): cache},
+            **{self._cache_argument: cache},
             use_cache=True,
             logits_to_keep=logits_to_keep,
             **model_kwargs,
