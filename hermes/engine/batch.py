@@ -1,0 +1,372 @@
+"""Answer several sessions' questions in one batch: one forward pass per step for all of them.
+
+Every HERMES memory past its budget has the same length (prefix, summary slot, |M| video slots),
+and decoding reads the weights once per step whatever the batch, so N answers cost little more
+than one. `BatchDecoder` copies each session's memory (through `HermesCache.kv()`, never writing
+into it) into one temporary `BatchCache`, side by side along the batch dimension, and decodes
+greedily: each row until its own end or token limit. Rows of different lengths (a stream still
+filling, a `full` cache, the other policy in Compare mode) are left-padded, and a 2D attention
+mask hides the padding. Each row keeps its own positions (the session's `next_position` onwards,
+on every axis for M-RoPE), so a row computes exactly what `StreamingSession.ask_stream` computes
+alone. Rows that finish leave the batch; rows added between steps join at the next step, whose
+input is then as wide as the longest joining question (the rows already decoding feed their one
+token at its right end, after padding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from hermes.engine.metrics import now_ms
+from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession, top_logprobs
+from hermes.models.base import VideoLM, _cache_argument
+
+# Room reserved after the longest row when a batch cache is (re)built, so that decoding rarely
+# grows it: a few answers' worth of tokens.
+ROOM = 128
+
+
+class BatchLayer(CacheLayerMixin):
+    """One decoder layer of a batch: keys and values (rows, heads, tokens, dim) in a buffer with
+    room to grow. Columns [start, length) are in use; every row has the same number of columns."""
+
+    is_sliding = False
+    is_croppable = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self.start = 0
+        self.length = 0
+
+    # -- the transformers layer interface -------------------------------------------------------
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._k is None else self._k[..., self.start : self.length, :]
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        # CacheLayerMixin.__init__ assigns None; the storage itself is `_k`.
+        if value is not None:
+            raise AttributeError("a BatchLayer's keys are written through update()")
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[..., self.start : self.length, :]
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        if value is not None:
+            raise AttributeError("a BatchLayer's values are written through update()")
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        raise RuntimeError("a BatchLayer is filled from sessions' memories (BatchCache.extend) before the model runs")
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new columns after the ones held, and return all of them (views, no copy)."""
+        if self._k is None:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        self.reserve(n)
+        self._k[..., self.length : self.length + n, :] = key_states
+        self._v[..., self.length : self.length + n, :] = value_states
+        self.length += n
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query: int | torch.Tensor) -> tuple[int, int]:
+        # transformers passes the query length; releases before 5.x passed the cache positions.
+        n = query if isinstance(query, int) else query.shape[-1]
+        return self.get_seq_length() + n, 0
+
+    def get_seq_length(self, *_: object) -> int:
+        return self.length - self.start
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        raise NotImplementedError("a BatchCache decodes greedily: rows join and leave through BatchDecoder")
+
+    batch_repeat_interleave = batch_select_indices = reorder_cache
+
+    # -- layout ---------------------------------------------------------------------------------
+    @property
+    def rows(self) -> int:
+        return 0 if self._k is None else self._k.shape[0]
+
+    def reserve(self, n: int) -> None:
+        """Room for `n` more columns; when the buffer must grow, half as much again (and ROOM) as held."""
+        if self.length + n <= self._k.shape[-2]:
+            return
+        held = self.get_seq_length()
+        size = max(held + n, held * 3 // 2) + ROOM
+        self._k, self._v = (
+            self._moved(t, t.new_empty(*t.shape[:-2], size, t.shape[-1]), 0) for t in (self._k, self._v)
+        )
+        self.start, self.length = 0, held
+
+    def _moved(self, t: torch.Tensor, out: torch.Tensor, shift: int) -> torch.Tensor:
+        """`out` (a new, larger buffer) with the columns in use of `t`'s rows written into its first
+        rows, moved right by `shift` after zeros (padding must be finite: masked weights are 0, and
+        0 * NaN is NaN)."""
+        rows, held = t.shape[0], self.get_seq_length()
+        out[:rows, ..., :shift, :] = 0
+        out[:rows, ..., shift : shift + held, :] = t[..., self.start : self.length, :]
+        return out
+
+    def extend(self, memories: list[tuple[torch.Tensor, torch.Tensor]], width: int, room: int) -> None:
+        """Add rows holding `memories` ((1, heads, L, dim) keys and values each, any lengths), the
+        rows held first; every row is left-padded to the longest."""
+        held = self.get_seq_length()
+        longest = max([held] + [k.shape[-2] for k, _ in memories])
+        size = longest + width + room
+        old = self.rows
+        buffers = []
+        for i, t in enumerate((self._k, self._v)):
+            ref = memories[0][i] if t is None else t
+            out = ref.new_empty(old + len(memories), *ref.shape[1:-2], size, ref.shape[-1])
+            if t is not None:
+                self._moved(t, out, longest - held)
+            for j, memory in enumerate(memories):
+                n = memory[i].shape[-2]
+                out[old + j, ..., : longest - n, :] = 0
+                out[old + j, ..., longest - n : longest, :] = memory[i][0]
+            buffers.append(out)
+        self._k, self._v = buffers
+        self.start, self.length = 0, longest
+        self.is_initialized = True
+
+    def select(self, rows: list[int], trim: int) -> None:
+        """Keep only `rows` (indices, in order), and drop the first `trim` columns (padding in all of them)."""
+        if not rows:
+            self._k = self._v = None
+            self.start = self.length = 0
+            self.is_initialized = False
+            return
+        index = torch.as_tensor(rows, dtype=torch.long, device=self._k.device)
+        self._k, self._v = (t.index_select(0, index) for t in (self._k, self._v))
+        self.start += trim
+
+
+class BatchCache(Cache):
+    """A temporary transformers Cache of several sessions' memories side by side (dim 0),
+    left-padded to one length. It is built from copies: the sessions' memories are never written."""
+
+    def __init__(self, num_layers: int) -> None:
+        super().__init__(layers=[BatchLayer() for _ in range(num_layers)])
+
+    @property
+    def rows(self) -> int:
+        return self.layers[0].rows
+
+    def extend(self, memories: list[list[tuple[torch.Tensor, torch.Tensor]]], width: int) -> None:
+        """Add one row per memory (a list of (keys, values) per layer), room for `width` + ROOM more columns."""
+        for i, layer in enumerate(self.layers):
+            layer.extend([memory[i] for memory in memories], width, ROOM)
+
+    def select(self, rows: list[int], trim: int = 0) -> None:
+        for layer in self.layers:
+            layer.select(rows, trim)
+
+    def reserve(self, n: int) -> None:
+        for layer in self.layers:
+            layer.reserve(n)
+
+
+@dataclass(eq=False)
+class BatchRow:
+    """One question on one session, in a batch. `tag` is the caller's, to route the updates."""
+
+    session: StreamingSession
+    question: str
+    max_new_tokens: int
+    ids: torch.Tensor  # (1, n) the question's token ids
+    tag: object = None
+    started_ms: float = 0.0
+    position: int = 0  # where the next token fed goes: after the question, then after each answer token
+    generated: list[int] = field(default_factory=list)
+    update: AnswerUpdate | None = None  # set with the first token
+    logprobs: torch.Tensor | None = None  # (vocab,) of the first token, as `first_token_logprobs` gives
+    first_ms: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return len(self.generated)
+
+
+class BatchDecoder:
+    """Greedy decoding of many sessions' questions in one batch, rows joining and leaving between steps.
+
+    `add` queues a question (checked at once: QuestionError); `step` runs one forward pass for the
+    whole batch, the joining rows' questions included, and returns the updates it made, in row
+    order: per row, the answer so far after each token, and a last one with `done` (the same
+    `AnswerUpdate`s that `StreamingSession.ask_stream` yields; the finished answer is recorded on
+    its session as there). `drop` takes a row out unfinished. No session's memory is changed.
+    """
+
+    def __init__(self, lm: VideoLM) -> None:
+        self.lm = lm
+        self._cache_argument = _cache_argument(lm.model)  # `cache`, or `past_key_values` before 5.x renamed it
+        self.rows: list[BatchRow] = []  # in the batch, in cache row order
+        self.joining: list[BatchRow] = []  # added, to join at the next step
+        self._cache: BatchCache | None = None
+        self._mask: torch.Tensor | None = None  # (rows, columns) bool: False where padding
+        self._padded = False  # whether the mask has a False anywhere (else the model needs none)
+
+    def __len__(self) -> int:
+        """Rows in the batch or joining it."""
+        return len(self.rows) + len(self.joining)
+
+    def add(
+        self, session: StreamingSession, question: str, max_new_tokens: int = MAX_NEW_TOKENS, tag: object = None
+    ) -> BatchRow:
+        """Queue `question` on `session` to join the batch at the next step. TTFT runs from here."""
+        if session.lm is not self.lm:
+            raise ValueError("every session of a batch must run on the batch's model")
+        q = session.check_question(question)
+        row = BatchRow(session, q, max_new_tokens, self.lm.question_ids(q), tag, now_ms(self.lm.device))
+        self.joining.append(row)
+        return row
+
+    def drop(self, row: BatchRow) -> None:
+        """Take `row` out of the batch unfinished (its viewer went away); its answer is not recorded."""
+        if row in self.joining:
+            self.joining.remove(row)
+        elif row in self.rows:
+            self._leave({row})
+
+    def clear(self) -> None:
+        """Drop every row and free the batch cache (after a failed step)."""
+        self.rows, self.joining = [], []
+        self._cache = self._mask = None
+        self._padded = False
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[BatchRow, AnswerUpdate]]:
+        """One forward pass: the joining rows' questions and every other row's last token."""
+        joining, self.joining = self.joining, []
+        if not joining and not self.rows:
+            return []
+        device = self.lm.device
+        width = max((row.ids.shape[-1] for row in joining), default=1)
+        if joining:
+            self._join(joining, width)
+        input_ids, positions, block = [], [], []
+        for row in self.rows:
+            if row.update is None:  # joining now: its question, right-aligned
+                ids = row.ids[0]
+                pos = row.position + torch.arange(ids.numel())
+                row.position += ids.numel()
+            else:  # decoding: its last token
+                ids = torch.tensor([row.generated[-1]], device=device)
+                pos = torch.tensor([row.position])
+                row.position += 1
+            pad = width - ids.numel()
+            # Padding repeats the first token and its position: any valid input would do, it is masked out.
+            input_ids.append(torch.cat([ids[:1].expand(pad), ids]))
+            positions.append(self.lm.position_ids(torch.cat([pos[:1].expand(pad), pos])[None].to(device)))
+            block.append(torch.arange(width) >= pad)
+        new_columns = torch.stack(block).to(device)
+        self._padded = self._padded or not bool(new_columns.all())
+        self._mask = torch.cat([self._mask, new_columns], dim=1)
+        self._cache.reserve(width)
+        out = self.lm.model(
+            input_ids=torch.stack(input_ids),
+            attention_mask=self._mask if self._padded else None,
+            position_ids=torch.cat(positions, dim=-2),
+            **{self._cache_argument: self._cache},
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return self._advance(out.logits[:, -1])
+
+    def _join(self, joining: list[BatchRow], width: int) -> None:
+        """Copy the joining rows' memories into the batch cache (left-padded) and extend the mask."""
+        memories = []
+        for row in joining:
+            # A chunk or a reader that never finished may have left scratch tokens: not part of the memory.
+            row.session.memory.discard()
+            memories.append(row.session.memory.kv())
+            row.position = row.session.memory.next_position
+        if self._cache is None:
+            self._cache = BatchCache(self.lm.num_layers)
+        held = self._cache.layers[0].get_seq_length()
+        lengths = [memory[0][0].shape[-2] for memory in memories]
+        self._cache.extend(memories, width)
+        longest = max([held, *lengths])
+        device = self.lm.device
+        mask = torch.zeros(len(self.rows) + len(joining), longest, dtype=torch.bool, device=device)
+        if self._mask is not None:
+            mask[: len(self.rows), longest - held :] = self._mask
+        for j, n in enumerate(lengths):
+            mask[len(self.rows) + j, longest - n :] = True
+        self._padded = self._padded or not bool(mask.all())
+        self._mask = mask
+        self.rows.extend(joining)
+
+    def _advance(self, logits: torch.Tensor) -> list[tuple[BatchRow, AnswerUpdate]]:
+        """Take each row's next token from its logits (rows, vocab); the updates, and rows that finish leave."""
+        device = self.lm.device
+        tokens = logits.argmax(dim=-1).tolist()
+        now = now_ms(device)
+        eos = self.lm.eos_token_ids
+        updates: list[tuple[BatchRow, AnswerUpdate]] = []
+        finished: set[BatchRow] = set()
+        for i, row in enumerate(self.rows):
+            token = tokens[i]
+            if row.update is None:  # the first token, as StreamingSession.ask_stream reads it
+                logp = torch.log_softmax(logits[i].float(), dim=-1)
+                token = int(logp.argmax())
+                session = row.session
+                row.logprobs, row.first_ms = logp, now
+                row.update = AnswerUpdate(
+                    question=row.question,
+                    text="",
+                    ttft_ms=now - row.started_ms,
+                    top_logprobs=top_logprobs(self.lm, logp),
+                    frames_seen=session.frames_seen,
+                    frames_in_memory=session.frames_in_memory(),
+                    at_s=session.stream_time_s,
+                )
+            if token in eos or row.tokens >= row.max_new_tokens:
+                finished.add(row)
+                continue
+            row.generated.append(token)
+            row.update.text, row.update.tokens = self.lm.decode(row.generated), row.tokens
+            updates.append((row, replace(row.update)))
+            if row.tokens == row.max_new_tokens:
+                finished.add(row)
+        for row in self.rows:
+            if row in finished:
+                updates.append((row, self._finish(row)))
+        if finished:
+            self._leave(finished)
+        return updates
+
+    def _finish(self, row: BatchRow) -> AnswerUpdate:
+        """The last update of a finished row, recorded on its session as `ask_stream` records it."""
+        update = replace(row.update, done=True, tokens=row.tokens)
+        t_end = now_ms(self.lm.device)
+        update.tpot_ms = (t_end - row.first_ms) / (row.tokens - 1) if row.tokens > 1 else None
+        row.session.record_answer(update)
+        return replace(update)
+
+    def _leave(self, gone: set[BatchRow]) -> None:
+        """Rows leave the batch; columns that are padding in every remaining row go too."""
+        keep = [i for i, row in enumerate(self.rows) if row not in gone]
+        self.rows = [self.rows[i] for i in keep]
+        if not keep:
+            self.clear()
+            return
+        mask = self._mask[keep]
+        used = mask.any(dim=0)
+        trim = int(used.to(torch.uint8).argmax())  # columns before the first any row uses
+        self._mask = mask[:, trim:]
+        self._padded = not bool(self._mask.all())
+        self._cache.select(keep, trim)

@@ -1,0 +1,200 @@
+"""Batched answering (hermes.engine.batch): every answer in a batch is the answer asked alone.
+
+Sessions hold different streams and different lengths (past the budget, still filling, a full
+cache, FIFO), the questions have different lengths and token limits, and a row joins while the
+others decode: each answer equals, token for token, the same question asked alone with
+`StreamingSession.ask` (and transformers' `generate` on the session's cache), the first-token
+log-probabilities agree within 1e-4, and every memory is bit-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hermes.engine import batch
+from hermes.engine.batch import BatchDecoder
+from hermes.engine.chunk import Chunk
+from hermes.engine.session import QuestionError, StreamingSession
+from hermes.memory.config import HermesConfig
+
+FRAMES = 2
+BUDGET = 150
+# (policy, chunks, question, max new tokens): lengths differ, and rows finish at different steps.
+CASES = [
+    ("hermes", 4, "What is happening?", 9),
+    ("fifo", 3, "Who?", 14),
+    ("hermes", 1, "Describe the colours in the scene, from left to right, please.", 0),
+    ("full", 3, "Where is the ball now?", 6),
+]
+
+
+def _chunk(index: int, seed: int, size: int = 64) -> Chunk:
+    frames = np.random.default_rng(seed).integers(0, 256, (FRAMES, size, size, 3), dtype=np.uint8)
+    idx = np.arange(index * FRAMES, (index + 1) * FRAMES)
+    return Chunk(frames, idx.astype(float), idx, idx, chunk_index=index)
+
+
+def _sessions(lm) -> list[StreamingSession]:
+    """One session per case, each streaming its own frames."""
+    out = []
+    for s, (policy, chunks, _, _) in enumerate(CASES):
+        config = HermesConfig(budget=BUDGET, chunk_frames=FRAMES, fps=1.0)
+        session = StreamingSession(lm, config, policy=policy)
+        for i in range(chunks):
+            session.ingest(_chunk(i, seed=100 * s + i))
+        out.append(session)
+    return out
+
+
+def _state(session: StreamingSession) -> tuple:
+    """Everything the memory holds: keys, values, and each layer's bookkeeping."""
+    memory = session.memory
+    kv = [(k.clone(), v.clone()) for k, v in memory.kv()]
+    books = [
+        (layer.stream_ids.clone(), layer.frames.clone(), layer.positions.clone(), layer.scores.clone())
+        for layer in memory.layers
+    ]
+    return kv, books, memory.storage(), memory.next_position, memory.tokens_seen
+
+
+def _assert_same_state(before: tuple, session: StreamingSession) -> None:
+    after = _state(session)
+    for (k0, v0), (k1, v1) in zip(before[0], after[0], strict=True):
+        assert torch.equal(k0, k1) and torch.equal(v0, v1)
+    for b0, b1 in zip(before[1], after[1], strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(b0[:3], b1[:3], strict=True))
+        assert torch.equal(b0[3].isnan(), b1[3].isnan()) and torch.equal(b0[3].nan_to_num(), b1[3].nan_to_num())
+    assert before[2:] == after[2:]
+
+
+def _generated_alone(lm, session: StreamingSession, question: str, max_new_tokens: int) -> list[int]:
+    """Token ids of the greedy answer through transformers' own `generate` on the session's cache."""
+    cache = session.memory
+    ids = lm.question_ids(question)
+    n = ids.shape[-1]
+    if max_new_tokens == 0:
+        return []
+    with cache.scratch():
+        out = lm.model.generate(
+            ids,
+            attention_mask=torch.ones(1, cache.get_seq_length() + n, dtype=torch.long),
+            position_ids=cache.position_ids(n),
+            cache=cache,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+        )
+    return [t for t in out[0, n:].tolist() if t not in lm.eos_token_ids]
+
+
+def _run(decoder: BatchDecoder, join_later: dict[int, tuple] | None = None) -> dict:
+    """Step until the batch is empty; rows in `join_later` ({step: (session, question, n, tag)}) are
+    added before that step. Returns every update per tag."""
+    updates: dict = {}
+    step = 0
+    while len(decoder) or (join_later and step <= max(join_later)):
+        if join_later and step in join_later:
+            decoder.add(*join_later[step])
+        for row, update in decoder.step():
+            updates.setdefault(row.tag, []).append((row, update))
+        step += 1
+    return updates
+
+
+def test_a_batch_answers_each_question_as_asked_alone(lm):
+    sessions = _sessions(lm)
+    lengths = {s.memory.get_seq_length() for s in sessions}
+    assert len(lengths) > 1, "the sessions should hold memories of different lengths"
+    before = [_state(s) for s in sessions]
+
+    decoder = BatchDecoder(lm)
+    for i in (0, 1, 2):
+        decoder.add(sessions[i], CASES[i][2], CASES[i][3], tag=i)
+    # The fourth question arrives while the others decode: it joins at step 3.
+    updates = _run(decoder, {3: (sessions[3], CASES[3][2], CASES[3][3], 3)})
+    assert len(decoder) == 0
+    for s, b in zip(sessions, before, strict=True):
+        _assert_same_state(b, s)  # the batch never wrote into a memory
+
+    for i, (session, (_, _, question, max_new)) in enumerate(zip(sessions, CASES, strict=True)):
+        *streamed, (row, last) = updates[i]
+        assert last.done and not any(u.done for _, u in streamed)
+        alone = session.ask(question, max_new)
+        assert row.generated == _generated_alone(lm, session, question, max_new)
+        assert (last.text, last.tokens) == (alone.text, alone.tokens)
+        assert [u.tokens for _, u in streamed] == list(range(1, alone.tokens + 1))  # streamed token by token
+        assert [t for t, _ in last.top_logprobs] == [t for t, _ in alone.top_logprobs]
+        assert (row.logprobs - session.first_token_logprobs(question)).abs().max().item() < 1e-4
+        assert last.ttft_ms > 0 and last.frames_seen == session.frames_seen
+        _assert_same_state(before[i], session)
+    # The batch recorded each answer on its session, as ask does (it prefixes the next guidance prompt).
+    assert [len(s.answers) for s in sessions] == [2, 2, 2, 2]
+    assert sessions[0].answers[0].text == sessions[0].answers[1].text
+
+
+def test_rows_of_equal_length_batch_without_padding(lm):
+    # Past the budget every HERMES memory has the same length: the common case under load.
+    sessions = [_sessions(lm)[0]]
+    for seed in (7, 8):
+        config = HermesConfig(budget=BUDGET, chunk_frames=FRAMES, fps=1.0)
+        session = StreamingSession(lm, config)
+        for i in range(4):
+            session.ingest(_chunk(i, seed=10 * seed + i))
+        sessions.append(session)
+    assert len({s.memory.get_seq_length() for s in sessions}) == 1
+    decoder = BatchDecoder(lm)
+    for i, s in enumerate(sessions):
+        decoder.add(s, "What is happening?", 5, tag=i)
+    updates = _run(decoder)
+    for i, s in enumerate(sessions):
+        row, last = updates[i][-1]
+        assert last.text == s.ask("What is happening?", 5).text
+        assert (row.logprobs - s.first_token_logprobs("What is happening?")).abs().max().item() < 1e-4
+
+
+def test_the_batch_cache_grows_as_answers_get_longer(qwen_lm, monkeypatch):
+    monkeypatch.setattr(batch, "ROOM", 1)  # no spare room: the second step grows the storage
+    sessions = _sessions(qwen_lm)[:2]
+    decoder = BatchDecoder(qwen_lm)
+    for i, s in enumerate(sessions):
+        decoder.add(s, "What is happening?", 12, tag=i)
+    updates, grown = {}, set()
+    while len(decoder):
+        for row, update in decoder.step():
+            updates[row.tag] = update
+        if decoder.rows:
+            grown.add(decoder._cache.layers[0]._k.shape[-2])
+    assert len(grown) > 1
+    for i, s in enumerate(sessions):
+        assert updates[i].tokens == 12 and updates[i].text == s.ask("What is happening?", 12).text
+
+
+def test_a_dropped_row_is_not_recorded_and_the_others_go_on(llava_lm):
+    lm = llava_lm
+    sessions = _sessions(lm)[:2]
+    decoder = BatchDecoder(lm)
+    rows = [decoder.add(s, "What is happening?", 8, tag=i) for i, s in enumerate(sessions)]
+    decoder.step()
+    decoder.drop(rows[0])
+    assert decoder.rows == [rows[1]]
+    updates = _run(decoder)
+    assert list(updates) == [1] and updates[1][-1][1].done
+    assert sessions[0].answers == [] and sessions[0].last_turn is None
+    assert updates[1][-1][1].text == sessions[1].ask("What is happening?", 8).text
+    # A row dropped before it joined never runs.
+    decoder.drop(decoder.add(sessions[0], "Why?", 4))
+    assert len(decoder) == 0 and decoder.step() == []
+
+
+def test_bad_rows_are_refused_at_once(llava_lm, qwen_lm):
+    session = _sessions(llava_lm)[0]
+    decoder = BatchDecoder(llava_lm)
+    with pytest.raises(QuestionError, match="empty"):
+        decoder.add(session, "   ")
+    empty = StreamingSession(llava_lm, HermesConfig(budget=BUDGET, chunk_frames=FRAMES, fps=1.0))
+    with pytest.raises(QuestionError, match="No video yet"):
+        decoder.add(empty, "What is happening?")
+    with pytest.raises(ValueError, match="the batch's model"):
+        BatchDecoder(qwen_lm).add(session, "What is happening?")
+    assert len(decoder) == 0
