@@ -6,25 +6,28 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from hermes.engine.batch import BatchDecoder
 from hermes.engine.session import StreamingSession
 
 
 @contextlib.contextmanager
 def hold_answers(session: StreamingSession) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Hold `session`'s answers after their first token until the gate opens (at the latest on exit)."""
+    """Hold `session`'s answers after their first token until the gate opens (at the latest on exit).
+
+    Answers decode in the model thread's batch: once a row of `session` has its first token (and
+    the viewer has it), the thread waits before the batch's next step."""
     first, gate = threading.Event(), threading.Event()
-    real = session.ask_stream
+    real = BatchDecoder.step
 
-    def held(question, max_new_tokens):
-        for i, update in enumerate(real(question, max_new_tokens)):
-            yield update
-            if i == 0:
-                first.set()
-                gate.wait(10)
+    def held(decoder: BatchDecoder):
+        if not first.is_set() and any(row.session is session and row.tokens for row in decoder.rows):
+            first.set()
+            gate.wait(10)
+        return real(decoder)
 
-    session.ask_stream = held
+    BatchDecoder.step = held
     try:
         yield first, gate
     finally:
         gate.set()  # never leave the model thread waiting, even when the test fails
-        del session.ask_stream
+        BatchDecoder.step = real

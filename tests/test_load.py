@@ -3,7 +3,8 @@
 Each session uploads its own clip (a different length, so a different frame count), streams it at
 2x, and all sessions ask their own question at once while their streams run. Every answer must
 arrive without error, in its own session's chat only, and each session's metrics must show its own
-frames. The timings are printed; the README's "Limits and behaviour" numbers come from:
+frames. The questions are answered together in the model thread's batch (hermes.engine.batch), not
+one after another. The timings are printed; the README's "Limits and behaviour" numbers come from:
 
     python -m pytest -q -s tests/test_load.py                           # 4 sessions
     HERMES_LOAD_SESSIONS=8 python -m pytest -q -s tests/test_load.py    # more
@@ -93,11 +94,14 @@ def test_concurrent_sessions_stream_and_ask_at_once(llava_lm, clips):
             results = [f.result(timeout=120) for f in futures]
         elapsed = time.monotonic() - start
         assert registry.worker.alive and registry.worker.errors == 0
+        largest_batch = registry.worker.largest_batch
     finally:
         demo.close()
         registry.shutdown()
 
     assert sorted(r.frames for r in results) == [4 + i for i in range(SESSIONS)]
+    # Asked at the same moment, the questions share the model thread's batch instead of queueing.
+    assert largest_batch >= min(SESSIONS, 2), f"answered one at a time (largest batch {largest_batch})"
     print(f"\n{SESSIONS} sessions on {llava_lm.source} ({llava_lm.num_layers} layers), {os.cpu_count()} CPU(s):")
     print("session  frames  first token (client)  answer done (client)  TTFT (server)  wait (server)")
     for r in results:
@@ -113,4 +117,5 @@ def test_concurrent_sessions_stream_and_ask_at_once(llava_lm, clips):
     print(f"wait for the model thread: {p50_max([r.wait_ms for r in results])}")
     print(f"first token at the client: {p50_max([r.client_first_token_s * 1000 for r in results])}")
     print(f"answer complete at the client: {p50_max([r.client_total_s * 1000 for r in results])}")
+    print(f"largest batch on the model thread: {largest_batch} questions")
     print(f"whole run: {elapsed:.1f} s")

@@ -1,19 +1,22 @@
-"""Answers on their way from the model thread to a viewer: events and tickets.
+"""Answers on their way from the model thread to a viewer: the batch, events and tickets.
 
-The model thread decodes an answer token by token and puts each update on the question's
-`AnswerTicket`; whoever asked (a Gradio handler, a test) reads them from `events()`. Nothing here
-touches the model.
+Every viewer's question is a job of one `AnswerBatch` on the model thread: questions asked at
+about the same moment are decoded together, one forward pass per token for all of them
+(`hermes.engine.batch`). Each update goes to the question's `AnswerTicket` as soon as it is
+decoded; whoever asked (a Gradio handler, a test) reads them from `events()`.
 """
 
 from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from hermes.engine.session import AnswerUpdate
-from hermes.serving.worker import is_out_of_memory
+from hermes.engine.batch import BatchDecoder, BatchRow
+from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
+from hermes.models.base import VideoLM
+from hermes.serving.worker import Job, is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
 
@@ -96,3 +99,77 @@ def job_error_message(exc: BaseException, where: str, advice: str = "") -> str:
             "then press Reset. Other viewers are not affected."
         )
     return f"The model failed {where} ({type(exc).__name__}: {exc}).{advice}"
+
+
+@dataclass(eq=False)
+class AnswerRequest:
+    """One question, as its stream hands it to the batch: the sessions that answer it (one per
+    policy, in order), where each update goes, and what to do at the end.
+
+    `emit(policy, update)` returns False when the answer must stop (its stream was reset or closed);
+    `finish()` runs once, when every policy's answer is done or stopped.
+    """
+
+    question: str
+    sessions: dict[str, StreamingSession]
+    emit: Callable[[str, AnswerUpdate], bool]
+    finish: Callable[[], None]
+    max_new_tokens: int = MAX_NEW_TOKENS
+
+
+class AnswerBatch:
+    """The questions of every stream on one model, answered together on the model thread.
+
+    A `hermes.serving.worker.Batch`: a job joins with a callable that returns its `AnswerRequest`
+    (or None when there is nothing to answer, having told the viewer why); each policy of the
+    request is one row of the engine's `BatchDecoder`.
+    """
+
+    def __init__(self, lm: VideoLM) -> None:
+        self.decoder = BatchDecoder(lm)
+        self._requests: dict[Job, AnswerRequest] = {}
+        self._rows: dict[Job, list[BatchRow]] = {}
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def join(self, job: Job) -> bool:
+        request = job.fn()
+        if request is None:
+            return False
+        rows = []
+        try:
+            for policy, session in request.sessions.items():
+                rows.append(self.decoder.add(session, request.question, request.max_new_tokens, (job, policy)))
+        except Exception:
+            for row in rows:
+                self.decoder.drop(row)
+            raise
+        self._requests[job], self._rows[job] = request, rows
+        return True
+
+    def step(self) -> list[Job]:
+        stopped: list[Job] = []
+        for row, update in self.decoder.step():
+            job, policy = row.tag
+            if job in stopped:
+                continue
+            if not self._requests[job].emit(policy, update):
+                stopped.append(job)
+        finished = stopped + [job for job, rows in self._rows.items() if job not in stopped and not self._live(rows)]
+        for job in finished:
+            for row in self._rows.pop(job):
+                self.decoder.drop(row)
+            self._requests.pop(job).finish()
+        return finished
+
+    def _live(self, rows: list[BatchRow]) -> bool:
+        """Whether any of `rows` is still decoding (or waiting to join)."""
+        return any(row in self.decoder.rows or row in self.decoder.joining for row in rows)
+
+    def abort(self) -> list[Job]:
+        self.decoder.clear()
+        jobs = list(self._requests)
+        self._requests.clear()
+        self._rows.clear()
+        return jobs

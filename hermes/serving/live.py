@@ -11,7 +11,6 @@ is tested) headless.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -22,11 +21,18 @@ import numpy as np
 
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
-from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, QuestionError, StreamingSession, validate_question
+from hermes.engine.session import (
+    MAX_NEW_TOKENS,
+    MAX_QUESTION_CHARS,
+    AnswerUpdate,
+    QuestionError,
+    StreamingSession,
+    validate_question,
+)
 from hermes.engine.watch import check_removable, validate_standing
 from hermes.models.base import VideoLM
 from hermes.serving.admission import full_slot_limit, policy_cache_bytes
-from hermes.serving.answers import AnswerEvent, AnswerTicket, job_error_message
+from hermes.serving.answers import AnswerBatch, AnswerEvent, AnswerRequest, AnswerTicket, job_error_message
 from hermes.serving.chat import Chat
 from hermes.serving.settings import SPEEDS, StreamSettings
 from hermes.serving.sources import FileSource, Source, WebcamSource
@@ -62,6 +68,8 @@ class LiveStream:
         self.lm = lm
         self.key = key
         self._admit = admit
+        # Every stream on this model answers in one batch: questions asked together decode together.
+        self._answers = worker.batch(lm, lambda: AnswerBatch(lm))
         self._lock = threading.RLock()
         self._generation = 0  # bumped by every reset and by close: older jobs and writes are stale
         self._sessions: dict[str, StreamingSession] = {}  # only the model thread touches these
@@ -235,12 +243,16 @@ class LiveStream:
         ticket = AnswerTicket(q, gen)
 
         def on_error(exc: BaseException) -> None:
-            # Failures inside the job reach the ticket from _answer itself; only a dropped job lands here.
+            # Dropped before its turn, or the batch failed (the worker logs it and frees memory).
             if isinstance(exc, JobCancelled):
                 ticket.fail("The stream was reset before this question's turn: ask again.")
-                ticket.close()
+            else:
+                ticket.fail(job_error_message(exc, "while answering"))
+            ticket.close()
 
-        self.worker.submit(lambda: self._answer(gen, ticket, max_new_tokens), Priority.QUESTION, self.key, on_error)
+        self.worker.submit(
+            lambda: self._answer(gen, ticket, max_new_tokens), Priority.QUESTION, self.key, on_error, self._answers
+        )
         return ticket
 
     def watch(self, question: str) -> list[str]:
@@ -439,9 +451,10 @@ class LiveStream:
             return False
         return session.memory.slots + session.chunks[-1].tokens > self._full_limit
 
-    def _answer(self, gen: int, ticket: AnswerTicket, max_new_tokens: int) -> None:
+    def _answer(self, gen: int, ticket: AnswerTicket, max_new_tokens: int) -> AnswerRequest | None:
+        """The question as a request to the answer batch, when its turn comes on the model thread;
+        None (the reason on the ticket) when there is nothing to answer from."""
         wait_ms = (time.monotonic() - ticket.enqueued_at) * 1000.0
-        records: list[AnswerEvent] = []
         try:
             if gen != self._generation:
                 raise QuestionError("The stream was reset before this question's turn: ask again.")
@@ -449,26 +462,29 @@ class LiveStream:
                 raise QuestionError(f"{self._error} (No answers from a memory that failed mid-update.)")
             if gen != self._sessions_gen or self._view.frames_seen == 0:
                 raise QuestionError(self._no_video_message())
-            for policy, session in self._sessions.items():
-                with contextlib.closing(session.ask_stream(ticket.question, max_new_tokens)) as updates:
-                    for update in updates:
-                        event = AnswerEvent.from_update(policy, update, wait_ms)
-                        if gen != self._generation:  # reset or closed while decoding: stop here
-                            event.done = event.interrupted = True
-                            ticket.put(event)
-                            return
-                        ticket.put(event)
-                        if update.done:
-                            records.append(event)
         except QuestionError as exc:
             ticket.fail(str(exc))
-        except Exception as exc:
-            ticket.fail(job_error_message(exc, "while answering"))
-            raise  # the worker logs it (and frees memory after an out-of-memory error)
-        finally:
+            ticket.close()
+            return None
+        records: list[AnswerEvent] = []
+
+        def emit(policy: str, update: AnswerUpdate) -> bool:
+            event = AnswerEvent.from_update(policy, update, wait_ms)
+            if gen != self._generation:  # reset or closed while decoding: stop here
+                event.done = event.interrupted = True
+                ticket.put(event)
+                return False
+            ticket.put(event)
+            if update.done:
+                records.append(event)
+            return True
+
+        def finish() -> None:
             ticket.close()
             if records:
                 self._publish(gen, self._view.with_answers(records))
+
+        return AnswerRequest(ticket.question, dict(self._sessions), emit, finish, max_new_tokens)
 
     def _no_video_message(self) -> str:
         status = self.status()

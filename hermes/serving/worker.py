@@ -1,10 +1,14 @@
-"""The background thread that owns the model: one job queue, one job at a time.
+"""The background thread that owns the model: one job queue, one job (or one batch) at a time.
 
 One `ModelWorker` thread makes every model call of the app: chunk prefills and compressions,
 building memories, and questions. Questions go ahead of queued chunks, so that a question waits
-for at most the chunk in flight. A job that raises (out of memory included) is reported to its
-owner and the thread carries on with the others. The streams it serves live in `hermes.serving.live`,
-the registry of all viewers' streams with admission control in `hermes.serving.registry`.
+for at most the chunk in flight. Jobs submitted to a `Batch` (questions: `hermes.serving.answers`)
+run together: the first one's turn takes every queued job of that batch along, and the batch
+steps until all of them are done, taking in the jobs of that batch that arrive meanwhile at its
+next step (unless a control job is waiting: then it finishes what it holds and lets that run). A
+job that raises (out of memory included) is reported to its owner and the thread carries on with
+the others. The streams it serves live in `hermes.serving.live`, the registry of all viewers'
+streams with admission control in `hermes.serving.registry`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Protocol
 
 import torch
 
@@ -37,14 +42,33 @@ class JobCancelled(Exception):
     """Given to a job's `on_error` when the job was dropped from the queue before it ran."""
 
 
+class Batch(Protocol):
+    """Jobs that the model thread runs together, one step at a time for all of them.
+
+    `join` takes a job in (it calls the job's `fn` to learn what to do) and says whether the job
+    is still running; `step` advances every job held and returns those that finished; `abort`
+    drops them all after a step failed, returning them; `len` is the number of jobs held.
+    """
+
+    def join(self, job: Job) -> bool: ...
+
+    def step(self) -> list[Job]: ...
+
+    def abort(self) -> list[Job]: ...
+
+    def __len__(self) -> int: ...
+
+
 @dataclass(eq=False)
 class Job:
-    """A callable queued for the model thread, on behalf of `owner` (a stream's key)."""
+    """A callable queued for the model thread, on behalf of `owner` (a stream's key); with a
+    `batch`, the callable is what the batch calls when the job joins it."""
 
     fn: Callable[[], object]
     priority: Priority
     owner: str
     on_error: Callable[[BaseException], None] | None = None
+    batch: Batch | None = None
     enqueued_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -59,18 +83,27 @@ class ModelWorker:
     """One daemon thread that runs jobs from a priority queue, one at a time.
 
     A job that raises is logged and reported to its `on_error`; the thread carries on with the
-    next job, so one stream's failure never stops the others.
+    next job, so one stream's failure never stops the others. Jobs of a `Batch` run together.
     """
 
     def __init__(self, name: str = "hermes-model") -> None:
         self.name = name
         self.errors = 0
+        self.largest_batch = 0  # the most jobs a batch has held at once
         self._heap: list[tuple[int, int, Job]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
-        self._current: Job | None = None
+        self._running: list[Job] = []
+        self._batches: dict[object, Batch] = {}
         self._stopped = False
         self._thread: threading.Thread | None = None
+
+    def batch(self, key: object, make: Callable[[], Batch]) -> Batch:
+        """The batch shared by every job submitted with `key` (e.g. one per model), made on first use."""
+        with self._cond:
+            if key not in self._batches:
+                self._batches[key] = make()
+            return self._batches[key]
 
     def submit(
         self,
@@ -78,9 +111,13 @@ class ModelWorker:
         priority: Priority = Priority.CHUNK,
         owner: str = "",
         on_error: Callable[[BaseException], None] | None = None,
+        batch: Batch | None = None,
     ) -> Job:
-        """Queue `fn`; it runs on the model thread after every job of a lower priority value."""
-        job = Job(fn, Priority(priority), owner, on_error)
+        """Queue `fn`; it runs on the model thread after every job of a lower priority value.
+
+        With `batch`, the job joins that batch when its turn comes, together with the batch's other
+        queued jobs, and is done when the batch says so."""
+        job = Job(fn, Priority(priority), owner, on_error, batch)
         with self._cond:
             if self._stopped:
                 raise RuntimeError("the model worker has been stopped")
@@ -111,9 +148,7 @@ class ModelWorker:
             return self._backlog(owner, priority)
 
     def _backlog(self, owner: str, priority: Priority | None) -> int:
-        jobs = [job for _, _, job in self._heap]
-        if self._current is not None:
-            jobs.append(self._current)
+        jobs = [job for _, _, job in self._heap] + self._running
         return sum(1 for j in jobs if j.owner == owner and (priority is None or j.priority == priority))
 
     def wait_backlog(self, owner: str, priority: Priority | None, below: int, timeout: float) -> bool:
@@ -127,7 +162,7 @@ class ModelWorker:
 
             def idle() -> bool:
                 if owner is None:
-                    return not self._heap and self._current is None
+                    return not self._heap and not self._running
                 return self._backlog(owner, None) == 0
 
             return self._cond.wait_for(idle, timeout)
@@ -156,28 +191,86 @@ class ModelWorker:
                 if not self._heap:
                     return
                 job = heapq.heappop(self._heap)[2]
-                self._current = job
-                job.started_at = time.monotonic()
+                self._start(job)
+            if job.batch is not None:
+                self._run_batch(job)
+                continue
             oom = False
             try:
                 job.fn()
             except Exception as exc:  # MemoryError and torch's OutOfMemoryError included
-                self.errors += 1
-                oom = is_out_of_memory(exc)
-                if oom:
-                    log.error("job of %r ran out of memory: %s", job.owner, exc)
-                else:
-                    log.exception("job of %r failed", job.owner)
-                self._report(job, exc)
+                oom = self._failed([job], exc)
             finally:
-                with self._cond:
-                    self._current = None
-                    self._cond.notify_all()
-                job.done.set()
+                self._finish(job)
             if oom:
                 # Outside the except block the traceback (and the tensors its frames hold) is gone,
                 # so this really frees what the failed job allocated before the next job runs.
                 free_cached_memory()
+
+    def _run_batch(self, first: Job) -> None:
+        """Step `first`'s batch until it holds nothing, taking in its jobs as they arrive."""
+        batch = first.batch
+        with self._cond:
+            joining = [first, *self._take(batch)]
+        while joining or len(batch):
+            oom = False
+            for job in joining:
+                try:
+                    running = batch.join(job)
+                except Exception as exc:
+                    oom = self._failed([job], exc) or oom
+                    running = False
+                if not running:
+                    self._finish(job)
+            self.largest_batch = max(self.largest_batch, len(batch))
+            if len(batch):
+                try:
+                    finished = batch.step()
+                except Exception as exc:
+                    finished = batch.abort()
+                    oom = self._failed(finished, exc) or oom
+                for job in finished:
+                    self._finish(job)
+            if oom:
+                free_cached_memory()
+            with self._cond:
+                # A waiting control job (a reset, a closed tab) stops the batch from taking more in.
+                control = any(job.priority == Priority.CONTROL for _, _, job in self._heap)
+                joining = [] if control else self._take(batch)
+
+    def _take(self, batch: Batch) -> list[Job]:
+        """Pop the queued jobs of `batch`, in queue order, as started (lock held)."""
+        taken = sorted(entry for entry in self._heap if entry[2].batch is batch)
+        if taken:
+            self._heap = [entry for entry in self._heap if entry[2].batch is not batch]
+            heapq.heapify(self._heap)
+        for _, _, job in taken:
+            self._start(job)
+        return [job for _, _, job in taken]
+
+    def _start(self, job: Job) -> None:
+        """The job is running from now (lock held)."""
+        job.started_at = time.monotonic()
+        self._running.append(job)
+
+    def _finish(self, job: Job) -> None:
+        with self._cond:
+            self._running.remove(job)
+            self._cond.notify_all()
+        job.done.set()
+
+    def _failed(self, jobs: list[Job], exc: Exception) -> bool:
+        """Count, log and report a failure that ended `jobs`; whether it was out of memory."""
+        self.errors += 1
+        owners = ", ".join(sorted({repr(job.owner) for job in jobs}))
+        oom = is_out_of_memory(exc)
+        if oom:
+            log.error("job of %s ran out of memory: %s", owners, exc)
+        else:
+            log.exception("job of %s failed", owners)
+        for job in jobs:
+            self._report(job, exc)
+        return oom
 
     @staticmethod
     def _report(job: Job, exc: BaseException) -> None:
