@@ -12,8 +12,11 @@ one after another. The timings are printed; the README's "Limits and behaviour" 
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import statistics
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +32,7 @@ from tests.test_app import serve, text_of, wait_for
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+ROOT = Path(__file__).resolve().parent.parent
 SESSIONS = int(os.environ.get("HERMES_LOAD_SESSIONS", "4"))
 # 1 frame a second in chunks of 2, budget below two chunks: every stream compresses as it goes.
 SETTINGS = StreamSettings(budget=500, chunk_frames=2, fps=1.0)
@@ -119,3 +123,21 @@ def test_concurrent_sessions_stream_and_ask_at_once(llava_lm, clips):
     print(f"answer complete at the client: {p50_max([r.client_total_s * 1000 for r in results])}")
     print(f"largest batch on the model thread: {largest_batch} questions")
     print(f"whole run: {elapsed:.1f} s")
+
+
+def test_load_bench_prints_batched_against_one_at_a_time(tmp_path, capsys, monkeypatch):
+    spec = importlib.util.spec_from_file_location("load_bench", ROOT / "scripts" / "load_bench.py")
+    load_bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "load_bench", load_bench)  # its dataclasses look their module up
+    spec.loader.exec_module(load_bench)
+    small = ["--budget", "100", "--chunk-frames", "2", "--frame-size", "64", "--max-new-tokens", "3"]
+    out = tmp_path / "load.json"
+    assert load_bench.main(["--sessions", "1,2", "--repeats", "1", "--threads", "0", "--json", str(out), *small]) == 0
+    printed = capsys.readouterr().out
+    assert "| N at once | one at a time: first token p50 / max | batched: first token p50 / max" in printed
+    assert "- p50 first token with 2 at once (batched) / one question alone:" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["n"] for r in rows] == [1, 2] and all(r["same_answers"] for r in rows)
+    assert all(r[mode]["tokens_per_s"] > 0 for r in rows for mode in ("batched", "one at a time"))
+    with pytest.raises(SystemExit):
+        load_bench.main(["--sessions", "two"])
