@@ -1,8 +1,9 @@
 """HERMES Live: `python app.py` serves the Gradio app.
 
-The model comes from --model, else $HERMES_MODEL, else the LLaVA-OneVision 0.5B checkpoint. If it
-cannot be loaded (offline, say), the app starts anyway on a random-weight model of the same
-architecture ("tiny-24") and says so on the page. Host and port follow --host/--port, else
+The model comes from --model, else $HERMES_MODEL, else the LLaVA-OneVision 0.5B checkpoint, in
+--dtype (else $HERMES_DTYPE, else auto), on --device or spread over the GPUs by --device-map (else
+$HERMES_DEVICE_MAP). If it cannot be loaded (offline, say), the app starts anyway on a random-weight
+model ("tiny-24") and says so on the page. Host and port follow --host/--port, else
 GRADIO_SERVER_NAME/GRADIO_SERVER_PORT, else Gradio's defaults (127.0.0.1:7860).
 """
 
@@ -21,6 +22,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--model", default=None, help="hub id, local folder or alias (default: $HERMES_MODEL or LLaVA-OV 0.5B)"
     )
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when available)")
+    p.add_argument(
+        "--dtype",
+        default=os.environ.get("HERMES_DTYPE", "auto"),
+        help="auto, bf16, fp16 or fp32; auto: bf16 on a GPU, and on a CPU with AMX or AVX-512 BF16, else fp32 "
+        "(default: $HERMES_DTYPE, else auto)",
+    )
+    p.add_argument(
+        "--device-map",
+        default=os.environ.get("HERMES_DEVICE_MAP"),
+        help="auto (or balanced, balanced_low_0, sequential): spread a model larger than one GPU over all visible "
+        "GPUs, and the CPU when they are full (default: $HERMES_DEVICE_MAP, else the whole model on --device)",
+    )
     p.add_argument("--host", default=None, help="address to serve on (default: $GRADIO_SERVER_NAME or 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT or 7860)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
@@ -43,7 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ui import build_app, launch_options
 
     name = args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL
-    lm, load_error = load_model_or_fallback(name, args.device)
+    try:
+        lm, load_error = load_model_or_fallback(name, args.device, args.dtype, args.device_map)
+    except ValueError as exc:  # a bad --dtype or --device-map (or their variables): say which, as argparse does
+        print(f"app.py: error: {exc}", file=sys.stderr)
+        return 2
     cap_mb = args.memory_cap_mb
     demo = build_app(
         lm,

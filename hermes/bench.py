@@ -34,7 +34,7 @@ from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
-from hermes.serving.admission import default_memory_cap
+from hermes.serving.admission import memory_cap_for
 
 DEFAULT_BENCH_MODEL = "tiny"
 DEFAULT_POLICIES = ("hermes", "fifo", "full")
@@ -62,14 +62,23 @@ TARGETS = {
 INGEST_TARGETS = {"cpu": 1.0, "cuda": 30.0}
 
 
-def load_bench_model(name: str, device: str | None = None, allow_cpu_7b: bool = False) -> VideoLM:
+def load_bench_model(
+    name: str,
+    device: str | None = None,
+    allow_cpu_7b: bool = False,
+    dtype: str | torch.dtype | None = None,
+    device_map: str | None = None,
+) -> VideoLM:
     """The random-weight architectures (`llava-ov-0.5b-random`, `llava-ov-7b-random`,
-    `qwen2.5-vl-7b-random`) from their configs, anything else via load_video_lm."""
+    `qwen2.5-vl-7b-random`) from their configs, anything else via load_video_lm (`tiny`,
+    `tiny-qwen`, `tiny-qwen3`, a checkpoint), in `dtype`, on `device` or spread by `device_map`."""
     from hermes.models.random7b import RANDOM_MODELS, load_random_7b
 
     if name in RANDOM_MODELS:
-        return load_random_7b(name, device, allow_cpu=allow_cpu_7b)
-    return load_video_lm(name, device=device)
+        if device_map is not None:
+            raise ValueError(f"{name} is built on one device; --device-map applies to checkpoints")
+        return load_random_7b(name, device, allow_cpu=allow_cpu_7b, dtype=dtype)
+    return load_video_lm(name, device=device, dtype=dtype, device_map=device_map)
 
 
 def prefill_bytes(per_token: int, cached: int, new: int) -> int:
@@ -131,7 +140,7 @@ class BenchSettings:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     questions: tuple[str, ...] = QUESTIONS
     frame_size: int = FRAME_SIZE
-    memory_cap: int | None = None  # bytes; None: the server's cap for the device (default_memory_cap)
+    memory_cap: int | None = None  # bytes; None: the server's cap for the model's devices (memory_cap_for)
     full_max_frames: int | None = None  # None: no limit
     seed: int = 0
 
@@ -314,7 +323,7 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
     """Every policy at every frame count, with a progress bar over the frames streamed."""
     from tqdm import tqdm
 
-    cap = settings.memory_cap if settings.memory_cap is not None else default_memory_cap(lm.device)
+    cap = settings.memory_cap if settings.memory_cap is not None else memory_cap_for(lm)
     warm_up(lm, settings)
     largest = settings.frames[-1]
     limits = {

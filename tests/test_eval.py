@@ -553,3 +553,94 @@ def test_qwen_streams_pairs_and_long_prompts_are_skipped(qwen_lm, videos: Path, 
     assert records["0.1"]["status"] == "skipped" and "characters long" in records["0.1"]["reason"]
     assert summary["skipped_by_reason"] == {"question too long": 1}
     assert summary["overall"]["answered"] == 2 and summary["overall"]["text_accuracy"] is None
+
+
+# -- sharded across processes -----------------------------------------------------------------------
+
+
+def sharded(path: Path) -> Path:
+    """Five videos (one missing), questions at times, and a malformed entry: shards of 2 get 3 + 2."""
+    opts = ["A. a red frame", "B. a blue frame", "C. nothing"]
+
+    def q(at: str, answer: str) -> dict:
+        return {"task_type": "Object Perception", "question": f"What at {at}?", "time_stamp": at, "answer": answer,
+                "options": opts}  # fmt: skip
+
+    return _write(
+        path,
+        [
+            {"video_path": "videos/long.mp4", "questions": [q("00:00:03", "A"), q("00:00:01", "B")]},
+            {"video_path": "Ego4D/clips/ego.mp4", "questions": [q("00:00:02", "C")]},
+            {"video_path": "videos/missing.mp4", "questions": [q("00:00:02", "A")]},
+            {"video_path": "vmme001.mp4", "questions": [q("00:00:03", "B"), q("soon", "A")]},
+            {"video_path": "star/Charades_v1_480/ch1.mp4", "questions": [q("00:00:01", "C")]},
+        ],
+    )
+
+
+def _without_timings(records: dict[str, dict]) -> dict[str, dict]:
+    return {q: {k: v for k, v in r.items() if k != "ttft_ms"} for q, r in records.items()}
+
+
+def test_shards_merge_into_the_single_process_results_and_resume_alone(qwen_lm, videos: Path, tmp_path: Path) -> None:
+    """In one process, shard by shard: each streams only its videos into its own part, the one that
+    completes the set merges; a part cut short resumes on its own, and the merge is the same again."""
+    from hermes.eval.shard import Shard, part_path
+
+    spec = BENCHES["streamingbench"]
+    items, problems = spec.load(sharded(tmp_path / "sb.json"))
+    config = HermesConfig(budget=100, chunk_frames=2, fps=FPS)
+    settings = EvalSettings(max_new_tokens=0)
+
+    def run(out: Path, shard: Shard | None = None) -> dict | None:
+        session = StreamingSession(qwen_lm, config)
+        return run_eval(qwen_lm, spec, items, problems, session, videos, out, settings, False, shard=shard)
+
+    single = run(tmp_path / "single.jsonl")
+    out = tmp_path / "sharded.jsonl"
+    assert run(out, Shard(1, 2)) is None and not out.exists()  # shard 0 has not run yet
+    parts = [part_path(out, r, 2) for r in range(2)]
+    streamed = [{r["video"] for r in read_results(p).values() if r["status"] == "answered"} for p in parts]
+    assert streamed[1] == {"Ego4D/clips/ego.mp4", "vmme001.mp4"}
+    merged = run(out, Shard(0, 2))
+    assert merged == single
+    assert _without_timings(read_results(out)) == _without_timings(read_results(tmp_path / "single.jsonl"))
+    assert [json.loads(line)["qid"] for line in out.read_text().splitlines()] == [
+        json.loads(line)["qid"] for line in (tmp_path / "single.jsonl").read_text().splitlines()
+    ]
+    # Resume: shard 1 lost its last answer; it asks that one question again, and merges.
+    lines = parts[1].read_text().splitlines()
+    parts[1].write_text("\n".join(lines[:-1]) + "\n")
+    before = parts[0].read_bytes()
+    assert run(out, Shard(1, 2)) == single
+    assert parts[0].read_bytes() == before and len(parts[1].read_text().splitlines()) == len(lines)
+
+
+def test_eval_sharded_by_a_launcher_equals_one_process(videos: Path, tmp_path: Path) -> None:
+    """`torchrun --nproc_per_node 2 -m hermes eval ...`: two CPU processes, each with its share of the
+    videos and its own results file, give exactly the predictions and the summary of one process."""
+    import subprocess
+    import sys
+
+    from hermes.cli.main import main
+
+    ann = sharded(tmp_path / "sb.json")
+    common = ["--bench", "streamingbench", "--annotations", str(ann), "--videos", str(videos), "--model", "tiny-qwen"]
+    common += ["--fps", "1", "--chunk-frames", "2", "--budget", "100", "--max-new-tokens", "2", "--no-progress"]
+    assert main(["eval", *common, "--out", str(tmp_path / "one.jsonl")]) == 0
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]
+    done = subprocess.run(
+        [*launcher, "hermes", "eval", *common, "--out", str(tmp_path / "two.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| **overall** |" in done.stdout  # the shard that merged printed the table
+    for rank in range(2):
+        assert (tmp_path / f"two.part-{rank}-of-2.jsonl").is_file()
+    one, two = read_results(tmp_path / "one.jsonl"), read_results(tmp_path / "two.jsonl")
+    assert _without_timings(one) == _without_timings(two)
+    assert {r["pred"] for r in one.values() if r["status"] == "answered"}  # predictions to compare
+    summaries = [json.loads((tmp_path / f"{name}.summary.json").read_text()) for name in ("one", "two")]
+    assert summaries[0] == summaries[1]

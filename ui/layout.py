@@ -59,11 +59,15 @@ WATCH_CAPTION = (
 
 def model_line(lm: VideoLM, settings: StreamSettings) -> str:
     """One line about the model: name, architecture, layers per tier (as the memories of
-    `settings` split them) and device."""
+    `settings` split them), device (the devices of its layers, when spread over several) and dtype."""
     tiers = layer_tiers(lm, settings)
     counts = " / ".join(f"{tiers.count(t)} {t.value}" for t in Tier)
     weights = "random weights" if lm.random_weights else "trained weights"
-    return f"Model `{lm.source}` · {lm.arch} · {lm.num_layers} layers ({counts}) · {weights} · {lm.device.type}"
+    devices = lm.devices
+    where = lm.device.type if len(devices) == 1 else "layers on " + ", ".join(map(str, devices))
+    return (
+        f"Model `{lm.source}` · {lm.arch} · {lm.num_layers} layers ({counts}) · {weights} · {where} · {lm.dtype_name}"
+    )
 
 
 def random_weights_banner(lm: VideoLM, load_error: str | None = None) -> str | None:

@@ -6,7 +6,14 @@ import argparse
 import re
 import sys
 
-from hermes.cli.options import add_memory_options, add_run_options, check_run_options, config_from_args, set_threads
+from hermes.cli.options import (
+    add_memory_options,
+    add_run_options,
+    check_run_options,
+    config_from_args,
+    model_options,
+    set_threads,
+)
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20}
 _UNITS |= {"g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
@@ -58,7 +65,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     add_memory_options(
         p,
         model_default=DEFAULT_BENCH_MODEL,
-        model_help="'tiny', 'tiny-qwen', a checkpoint, or the random-weight 7B architectures "
+        model_help="'tiny', 'tiny-qwen', 'tiny-qwen3', a checkpoint, or the random-weight 7B architectures "
         "'llava-ov-7b-random' / 'qwen2.5-vl-7b-random' (GPU) (default: %(default)s)",
         policy=False,
         fps_help="timestamps of the synthetic frames (default: the model's)",
@@ -118,7 +125,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         memory_cap=parse_bytes(args.memory_cap),
         full_max_frames=args.full_max_frames or None,
     )
-    lm = load_bench_model(args.model, device=args.device, allow_cpu_7b=args.allow_cpu_7b)
+    lm = load_bench_model(args.model, allow_cpu_7b=args.allow_cpu_7b, **model_options(args))
     set_threads(args.threads, lm.device)
     settings.config = config_from_args(args, lm.default_fps)
     if args.full_max_frames is None and lm.device.type == "cpu":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 from hermes.memory.config import HermesConfig
 
@@ -11,8 +12,10 @@ if TYPE_CHECKING:
     import torch
 
 POLICIES = ("hermes", "fifo", "full")
-MODEL_HELP = "hub id, local folder, 'tiny' or 'tiny-qwen'"
-FPS_HELP = "sampling rate (default: 0.5 LLaVA-OV, 1 Qwen2.5-VL)"
+MODEL_HELP = "hub id, local folder, 'tiny', 'tiny-qwen' or 'tiny-qwen3'"
+FPS_HELP = "sampling rate (default: 0.5 LLaVA-OV, 1 Qwen2.5-VL and Qwen3-VL)"
+DTYPE_ENV = "HERMES_DTYPE"
+DEVICE_MAP_ENV = "HERMES_DEVICE_MAP"
 
 
 def add_memory_options(
@@ -25,7 +28,7 @@ def add_memory_options(
     reindex_default: str | None = "lazy",
     reindex_help: str | None = None,
 ) -> None:
-    """--model, --policy, --budget, --chunk-frames, --fps, --reindex and --device.
+    """--model, --policy, --budget, --chunk-frames, --fps, --reindex, --device, --dtype and --device-map.
 
     A command may change the model's default and the help of --model, --fps and --reindex, or leave
     out --policy (bench takes a list of policies instead).
@@ -38,6 +41,38 @@ def add_memory_options(
     p.add_argument("--fps", type=float, default=None, help=fps_help)
     p.add_argument("--reindex", choices=["lazy", "eager"], default=reindex_default, help=reindex_help)
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when available)")
+    from hermes.models.loading import DEVICE_MAPS, DTYPE_CHOICES
+
+    p.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default=None,
+        help=f"precision of the weights and the cache; auto: bf16 on a GPU, and on a CPU with AMX or AVX-512 BF16, "
+        f"else fp32 (default: ${DTYPE_ENV}, else auto)",
+    )
+    p.add_argument(
+        "--device-map",
+        choices=DEVICE_MAPS,
+        default=None,
+        help="spread the model over all visible GPUs (and the CPU when they are full) with accelerate, each layer's "
+        f"memory on its layer's GPU (default: ${DEVICE_MAP_ENV}, else the whole model on --device)",
+    )
+
+
+def model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """load_video_lm's device, dtype and device_map for --device, --dtype and --device-map (or their
+    environment variables), checked before the model loads."""
+    from hermes.models.loading import DEVICE_MAPS, DTYPE_CHOICES
+
+    dtype = args.dtype or os.environ.get(DTYPE_ENV) or "auto"
+    device_map = args.device_map or os.environ.get(DEVICE_MAP_ENV) or None
+    if dtype not in DTYPE_CHOICES:
+        raise ValueError(f"${DTYPE_ENV}={dtype!r} is not one of {', '.join(DTYPE_CHOICES)}")
+    if device_map is not None and device_map not in DEVICE_MAPS:
+        raise ValueError(f"${DEVICE_MAP_ENV}={device_map!r} is not one of {', '.join(DEVICE_MAPS)}")
+    if device_map is not None and args.device is not None:
+        raise ValueError("give --device or --device-map, not both: a device map places every layer itself")
+    return {"device": args.device, "dtype": dtype, "device_map": device_map}
 
 
 def config_from_args(

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args
+from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args, model_options
 
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -48,7 +48,8 @@ def _session(args: argparse.Namespace):
     from hermes.models.loading import DEFAULT_MODEL, load_video_lm
 
     config_from_args(args)  # checked before the model loads
-    lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, device=args.device)
+    placement = model_options(args)
+    lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, **placement)
     return StreamingSession(lm, config_from_args(args, lm.default_fps), policy=args.policy)
 
 

@@ -5,6 +5,7 @@ stream reaches its time (streaming benchmarks) or after the whole clip (offline 
 memory as it is then. The prediction is the option letter whose token has the highest
 first-token log-probability; the generated text is recorded too. Every question appends one JSON
 line to the results file as soon as it is scored, so an interrupted run resumes where it stopped.
+Several processes can share the videos (`hermes.eval.shard`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from hermes.engine.session import QuestionError, StreamingSession
 from hermes.eval.formats import LETTERS, BenchSpec, ForwardItem, Item, Problem
 from hermes.eval.forward import answer_forward
+from hermes.eval.shard import Shard, merge_lock, merge_parts, part_path
 from hermes.models.base import VideoLM
 from hermes.serving.replay import play
 from hermes.video.decoding import VideoError, iter_frames
@@ -105,16 +107,19 @@ class VideoFinder:
 # -- results file -------------------------------------------------------------------------------
 
 
-def read_results(path: str | Path) -> dict[str, dict]:
-    """The last record of each question in a results file; a torn last line is dropped from the file."""
+def read_results(path: str | Path, repair: bool = True) -> dict[str, dict]:
+    """The last record of each question in a results file. A torn last line is ignored and, with
+    `repair` (for the file this process appends to), cut from the file."""
     path = Path(path)
     if not path.exists():
         return {}
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
-        # The run was killed while writing: cut the partial line, so that appends start clean.
+        # Killed while writing (or, in another shard's file, still writing): skip the partial line,
+        # and cut it from our own file so that appends start clean.
         data = data[: data.rfind(b"\n") + 1]
-        path.write_bytes(data)
+        if repair:
+            path.write_bytes(data)
     records: dict[str, dict] = {}
     for line in data.decode("utf-8").splitlines():
         if line.strip():
@@ -212,22 +217,32 @@ def run_eval(
     out: str | Path,
     settings: EvalSettings,
     progress: bool = True,
-) -> dict:
-    """Score every question not answered yet in `out`, appending a record per question; the summary.
+    shard: Shard | None = None,
+) -> dict | None:
+    """Score every question not answered yet, appending a record per question; the summary.
 
-    `settings.limit` keeps the first N questions; malformed entries are always reported.
+    `settings.limit` keeps the first N questions; malformed entries are always reported. With a
+    `shard` (default: one process) of several processes, this one streams its share of the videos into its own part file
+    (`Shard.part`), and returns None while other shards are still running; the one that finds
+    every part complete merges them into `out` and returns the summary of the whole evaluation.
     """
     from tqdm import tqdm
 
     items = items[: settings.limit] if settings.limit is not None else items
+    shard = shard or Shard()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = {q for q, r in read_results(out).items() if r["status"] == ANSWERED}
+    part = shard.part(out)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    groups = _by_video(items)
+    mine = shard.take(groups)
+    own_problems = problems if shard.rank == 0 else []
+    done = {q for q, r in read_results(part).items() if r["status"] == ANSWERED}
     finder = VideoFinder(videos, spec.extensions)
     letter_ids = letter_token_ids(lm, max((len(it.options) for it in items), default=0))
-    todo = [it for it in items if it.qid not in done]
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="question", disable=not progress, file=sys.stderr)
-    with bar, out.open("a", encoding="utf-8") as sink:
+    total = sum(len(group) for group in mine)
+    left = sum(it.qid not in done for group in mine for it in group)
+    bar = tqdm(total=total, initial=total - left, unit="question", disable=not progress, file=sys.stderr)
+    with bar, part.open("a", encoding="utf-8") as sink:
 
         def write(record: dict) -> None:
             sink.write(json.dumps(record) + "\n")
@@ -235,10 +250,13 @@ def run_eval(
             if record["qid"] not in malformed:
                 bar.update(1)
 
-        malformed = {p.qid for p in problems}
-        for problem in problems:
+        malformed = {p.qid for p in own_problems}
+        for problem in own_problems:
             write(_skip(problem, f"malformed entry: {problem.reason}"))
-        for group in _by_video(todo):
+        for whole in mine:
+            group = [it for it in whole if it.qid not in done]
+            if not group:
+                continue
             path, why = finder.find(group[0])
             if path is None:
                 for item in group:
@@ -253,7 +271,17 @@ def run_eval(
                 for item in group:
                     if item.qid not in answered:
                         write(_skip(item, str(exc)))
-    return summarize(read_results(out), [it.qid for it in items] + [p.qid for p in problems])
+    qids = [it.qid for it in items] + [p.qid for p in problems]
+    if not shard.sharded:
+        return summarize(read_results(out), qids)
+    with merge_lock(out):
+        parts = [read_results(part_path(out, rank, shard.world), repair=False) for rank in range(shard.world)]
+        owned = [(q, shard.owner(i)) for i, group in enumerate(groups) for q in (it.qid for it in group)]
+        owned += [(p.qid, 0) for p in problems]
+        if not all(q in parts[rank] for q, rank in owned):
+            return None  # a shard is still streaming (or stopped): the last one to finish merges
+        merged = merge_parts(out, shard.world, parts, [p.qid for p in problems], [[it.qid for it in g] for g in groups])
+    return summarize(merged, qids)
 
 
 def summarize(records: dict[str, dict], qids: Sequence[str]) -> dict:

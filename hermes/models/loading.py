@@ -85,11 +85,6 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return torch.float32
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """'bf16', 'fp16' or 'fp32' (else torch's own name), as the options spell it."""
-    return next((name for name, d in DTYPES.items() if d == dtype), str(dtype).removeprefix("torch."))
-
-
 def _hub_reachable(timeout: float = 2.0) -> bool:
     # A quick probe, so that an offline machine fails in seconds instead of retrying downloads.
     try:
@@ -138,14 +133,16 @@ def load_video_lm(
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
     device_map: str | dict | None = None,
+    offload_folder: str | Path | None = None,
 ) -> VideoLM:
     """Load a supported video LLM (LLaVA-OneVision, Qwen2.5-VL or Qwen3-VL) for streaming.
 
     `dtype`: 'auto', 'bf16', 'fp16', 'fp32' or a torch dtype (see `resolve_dtype`); None keeps
     the default (bf16 on a GPU, fp32 on a CPU). `device_map` ('auto', 'balanced', ... or an
-    explicit map) spreads the model with accelerate over all visible GPUs, and the CPU when they
-    are full; each layer's memory then stays on its layer's device. Without it, the model goes to
-    `device` whole.
+    explicit map of module names to devices) spreads the model with accelerate over all visible
+    GPUs, and the CPU when they are full; each layer's memory then stays on the device its layer
+    runs on. A map that sends modules to "disk" needs `offload_folder`. Without a map, the model
+    goes to `device` whole.
     """
     if not name or not name.strip():
         raise ModelLoadError("No model given: pass a hub id, a local folder, 'tiny', 'tiny-qwen' or 'tiny-qwen3'.")
@@ -153,6 +150,8 @@ def load_video_lm(
         raise ValueError("give a device or a device map, not both: a device map places every layer itself")
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
         raise ValueError(f"device map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}")
+    if isinstance(dtype, str) and dtype not in DTYPE_CHOICES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_CHOICES)}")
     source, random_weights = resolve(name.strip())
     config, local = _load_config(source)
     arch = getattr(config, "model_type", None)
@@ -165,6 +164,8 @@ def load_video_lm(
     torch_dtype = resolve_dtype(dtype, dev)
     hf_logging.disable_progress_bar()  # per-shard bars are noise in a CLI transcript and in logs
     placement = {} if device_map is None else {"device_map": device_map}
+    if offload_folder is not None:
+        placement["offload_folder"] = str(offload_folder)
     try:
         processor = AutoProcessor.from_pretrained(source, local_files_only=local)
         model = AutoModelForImageTextToText.from_pretrained(

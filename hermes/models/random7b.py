@@ -19,7 +19,7 @@ from transformers.utils import logging as hf_logging
 
 from hermes.models.base import VideoLM
 from hermes.models.llava_onevision import LlavaOnevision
-from hermes.models.loading import ModelLoadError, pick_device
+from hermes.models.loading import ModelLoadError, pick_device, resolve_dtype
 from hermes.models.qwen2_5_vl import Qwen25VL
 from hermes.models.tiny import ensure_tiny
 
@@ -165,8 +165,10 @@ def load_random_7b(
     allow_cpu: bool = False,
     text: dict | None = None,
     vision: dict | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> VideoLM:
-    """Build `name` with random bf16 weights on `device` (default: cuda when available).
+    """Build `name` with random weights on `device` (default: cuda when available), in bf16 unless
+    `dtype` says otherwise ('auto', 'bf16', 'fp16', 'fp32', as `resolve_dtype` reads them).
 
     A CPU is refused for the 7B ones unless `allow_cpu`: 8B parameters take 16 GB even in bf16,
     and every chunk would take minutes.
@@ -188,7 +190,9 @@ def load_random_7b(
     try:
         # Created on the device in bf16 and initialised there: no 30 GB fp32 copy in host memory.
         with torch.device(dev):
-            model = _model_class(arch)._from_config(config, dtype=torch.bfloat16)
+            model = _model_class(arch)._from_config(
+                config, dtype=torch.bfloat16 if dtype is None else resolve_dtype(dtype, dev)
+            )
     except (RuntimeError, torch.OutOfMemoryError) as exc:
         raise ModelLoadError(f"Cannot build {name} on {dev}: {exc}") from exc
     adapter = LlavaOnevision if arch == "llava_onevision" else Qwen25VL

@@ -10,12 +10,19 @@ summed over the stream's caches (two in compare mode). The `full` policy has no 
 bounds it by the positions the model has left after the question margin (what the engine can hold
 at all), reserves that much, and stops a full stream when its cache reaches the bound.
 
+A model spread over several GPUs (a device map) keeps each layer's memory on its layer's device,
+so a stream takes, on each device, its bytes times the share of layers there
+(`cache_bytes_per_device`). All streams share that split, so every device stays within its own cap
+exactly when the streams' total stays within the smallest of cap_d x layers / layers_d
+(`memory_cap_for`): one number, counted per device.
+
 No Gradio here; `hermes.serving.registry` applies these numbers to the streams of all viewers.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import psutil
 import torch
@@ -71,6 +78,29 @@ def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
     """
     config = settings.config()
     return sum(policy_cache_bytes(lm, config, p) for p in settings.policies)
+
+
+def cache_bytes_per_device(lm: VideoLM, settings: StreamSettings) -> dict[torch.device, int]:
+    """`cache_bytes_for` split over the devices of the model's layers: every layer holds the same
+    number of tokens, so a device holds the total times its share of the layers."""
+    devices = lm.layer_devices()
+    total = cache_bytes_for(lm, settings)
+    return {device: total * n // len(devices) for device, n in Counter(devices).items()}
+
+
+def memory_cap_for(lm: VideoLM, cap_mb: float | None = None) -> int:
+    """Bytes of cache memory admission control hands out for `lm`, in the units of `cache_bytes_for`.
+
+    On one device, `default_memory_cap`. Over several, each device d gives its own cap_d, and a
+    stream puts layers_d / layers of its bytes there: the streams fit every device as long as their
+    total is at most min over d of cap_d x layers / layers_d, which is returned. An explicit cap
+    (`cap_mb` or $HERMES_MEMORY_CAP_MB) is the total over all devices.
+    """
+    counts = Counter(lm.layer_devices())
+    if len(counts) == 1 or cap_mb is not None or os.environ.get(CAP_ENV):
+        return default_memory_cap(next(iter(counts)), cap_mb)
+    layers = sum(counts.values())
+    return min(default_memory_cap(device) * layers // n for device, n in counts.items())
 
 
 def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int:

@@ -17,7 +17,7 @@ import threading
 import time
 
 from hermes.models.base import VideoLM
-from hermes.serving.admission import MB, Busy, cache_bytes_for, default_memory_cap
+from hermes.serving.admission import MB, Busy, cache_bytes_for, memory_cap_for
 from hermes.serving.live import LiveStream
 from hermes.serving.settings import StreamSettings
 from hermes.serving.worker import ModelWorker
@@ -25,7 +25,8 @@ from hermes.serving.worker import ModelWorker
 
 class StreamRegistry:
     """Streams by viewer key. Streams idle for `idle_timeout_s` (no calls, no running source) are
-    closed, for API clients that never say goodbye. `memory_cap_bytes` None: `default_memory_cap`."""
+    closed, for API clients that never say goodbye. `memory_cap_bytes` None: `memory_cap_for` the
+    model (per device when its layers are spread over several)."""
 
     def __init__(
         self,
@@ -41,7 +42,7 @@ class StreamRegistry:
         self.settings = settings or StreamSettings()
         self.max_streams = max_streams
         self.idle_timeout_s = idle_timeout_s
-        self.memory_cap_bytes = default_memory_cap(lm.device) if memory_cap_bytes is None else memory_cap_bytes
+        self.memory_cap_bytes = memory_cap_for(lm) if memory_cap_bytes is None else memory_cap_bytes
         self._streams: dict[str, LiveStream] = {}
         self._lock = threading.Lock()
 
