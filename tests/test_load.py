@@ -45,6 +45,7 @@ class Result:
     client_first_token_s: float  # question sent -> first answer text received, as the client sees it
     client_total_s: float  # question sent -> answer complete
     ttft_ms: float  # server: question start on the model thread -> first token
+    tpot_ms: float  # server: time per answer token after the first
     wait_ms: float  # server: question queued -> its turn on the model thread
     frames_at_question: int
 
@@ -83,7 +84,8 @@ def run_session(url: str, i: int, clip: Path, ready: threading.Barrier) -> Resul
         assert metrics and metrics["frames_seen"] == frames and metrics["error"] is None
         [answer] = metrics["answers"]
         assert answer["question"] == question and answer["frames_seen"] <= frames
-        return Result(i, frames, first or total, total, answer["ttft_ms"], answer["wait_ms"], answer["frames_seen"])
+        server = [answer[k] for k in ("ttft_ms", "tpot_ms", "wait_ms", "frames_seen")]
+        return Result(i, frames, first or total, total, *server)
     finally:
         client.close()
 
@@ -118,6 +120,7 @@ def test_concurrent_sessions_stream_and_ask_at_once(llava_lm, clips):
         return f"p50 {statistics.median(values):.0f} ms, max {max(values):.0f} ms"
 
     print(f"TTFT (server): {p50_max([r.ttft_ms for r in results])}")
+    print(f"TPOT (server): {p50_max([r.tpot_ms for r in results])}")
     print(f"wait for the model thread: {p50_max([r.wait_ms for r in results])}")
     print(f"first token at the client: {p50_max([r.client_first_token_s * 1000 for r in results])}")
     print(f"answer complete at the client: {p50_max([r.client_total_s * 1000 for r in results])}")
