@@ -18,9 +18,11 @@ from hermes.serving import (
     AnswerEvent,
     Busy,
     LiveStream,
+    LiveView,
     QuestionError,
     StreamRegistry,
     StreamSettings,
+    StreamStatus,
     VideoError,
     WatchError,
 )
@@ -93,6 +95,25 @@ def error_message(text: str) -> dict:
     return {"role": "assistant", "content": f"⚠️ {text}"}
 
 
+# Behind by more than this, the status line says that the model cannot keep up with the video.
+BEHIND_NOTICE_S = 3.0
+
+
+def behind_text(status: StreamStatus, view: LiveView) -> str | None:
+    """Why the model's picture lags the video, on a slow machine: "the model reads 0.8 frames/s;
+    the stream is 12 s behind". None while it keeps up."""
+    if status.position_s is None:
+        return None
+    behind = status.position_s - view.stream_time_s
+    fps = view.model_fps()
+    if behind < BEHIND_NOTICE_S or fps is None or fps >= view.settings.fps:
+        return None
+    return (
+        f"The model reads {fps:.1f} frames/s, slower than the video's {view.settings.fps:g}; "
+        f"the stream is {behind:.0f} s behind (a smaller model, a GPU or fewer frames per second would keep up)."
+    )
+
+
 def status_text(stream: LiveStream) -> str:
     """Two short lines: what the stream is doing, and what the model has seen and kept."""
     status, view = stream.status(), stream.view()
@@ -110,6 +131,8 @@ def status_text(stream: LiveStream) -> str:
         name = figures.LABELS.get(policy, policy)
         parts.append(f"{name}: {kept} frames in memory, {view.snapshots[policy].cache_bytes / figures.MB:.1f} MB")
     text = head + "  \n" + " · ".join(parts)
+    if (lag := behind_text(status, view)) is not None:
+        text += f"  \n🐢 {lag}"
     if status.error:
         text += f"  \n⚠️ {status.error}"
     if status.note:

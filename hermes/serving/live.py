@@ -313,6 +313,7 @@ class LiveStream:
                 dropped_frames=feed.dropped_frames if feed is not None else 0,
                 error=self._error,
                 note=self._note,
+                position_s=feed.position_s() if feed is not None and state == "streaming" else None,
             )
 
     @property

@@ -43,6 +43,33 @@ class Source(Protocol):
         """Wait until the source has stopped (unless called from its own thread)."""
 
 
+class PlayClock:
+    """Seconds of playing time: wall time since `start`, less the time spent paused."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+        self._paused_at: float | None = None
+        self._paused_s = 0.0
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+
+    def pause(self) -> None:
+        if self._paused_at is None:
+            self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        if self._paused_at is not None:
+            self._paused_s += time.monotonic() - self._paused_at
+            self._paused_at = None
+
+    def elapsed(self) -> float:
+        if self._started is None:
+            return 0.0
+        now = self._paused_at if self._paused_at is not None else time.monotonic()
+        return now - self._started - self._paused_s
+
+
 class FileSource:
     """A video file read by its own thread, paced at `speed()` times real time (None: no pacing).
 
@@ -75,17 +102,26 @@ class FileSource:
         self._resume = threading.Event()
         self._resume.set()
         self._flush = True
+        self._clock = PlayClock()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
+        self._clock.start()
         self.thread.start()
 
     def pause(self) -> None:
         """Hold the reading (the stream's clock stops too)."""
+        self._clock.pause()
         self._resume.clear()
 
     def resume(self) -> None:
+        self._clock.resume()
         self._resume.set()
+
+    def position_s(self) -> float | None:
+        """Where in the video a viewer would be now, playing it at its speed; None unpaced."""
+        speed = self.speed()
+        return None if not speed else self._clock.elapsed() * speed
 
     def stop(self, flush: bool) -> None:
         self._flush = flush
@@ -160,11 +196,16 @@ class WebcamSource:
         self.frames_read = 0
         self.dropped_frames = 0
         self.last_frame_at = 0.0
+        self._first_frame_at: float | None = None
         self._chunker = Chunker(chunk_frames, fps=fps)
         self._on_chunk, self._has_room = on_chunk, has_room
         self._lock = threading.Lock()
         self._stopped = False
         self._paused = False
+
+    def position_s(self) -> float | None:
+        """The stream time of the newest frame the camera sent (its clock starts at the first)."""
+        return None if self._first_frame_at is None else self.last_frame_at - self._first_frame_at
 
     def pause(self) -> None:
         """Ignore frames until `resume` (a live source cannot wait)."""
@@ -179,6 +220,8 @@ class WebcamSource:
             if self._stopped or self._paused:
                 return
             self.last_frame_at = time.monotonic()
+            if self._first_frame_at is None:
+                self._first_frame_at = self.last_frame_at
             chunk = self._chunker.push(image)
             self.frames_read = self._chunker.next_index + self._chunker.pending
         if chunk is None:

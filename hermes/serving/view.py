@@ -92,6 +92,16 @@ class LiveView:
     watch_history: tuple[WatchPoint, ...] = ()
     alerts: tuple[Alert, ...] = ()
 
+    def model_fps(self, last: int = 8) -> float | None:
+        """Frames the model reads per second of its own work (prefill and compression, every
+        memory of the stream), over the last `last` chunks; None before the second chunk."""
+        recent = self.history[-last - 1 :]
+        if len(recent) < 2:
+            return None
+        frames = recent[-1].frames_seen - recent[0].frames_seen
+        ms = sum(sum(r.prefill_ms.values()) + sum(r.compress_ms.values()) for r in recent[1:])
+        return frames / (ms / 1000) if ms > 0 else None
+
     def next(self, **changes: object) -> LiveView:
         """A copy with `changes` and the next version."""
         return dataclasses.replace(self, version=self.version + 1, **changes)
@@ -154,6 +164,8 @@ class StreamStatus:
     dropped_frames: int
     error: str | None
     note: str | None = None  # why the stream stopped by itself, when it was not an error
+    # Where in the video a viewer would be now, at the source's pace (None: unpaced or not started).
+    position_s: float | None = None
 
 
 def watch_records(reports: dict[str, ChunkReport], frame: np.ndarray) -> tuple[list[WatchPoint], list[Alert]]:
