@@ -6,7 +6,14 @@ import argparse
 import json
 import sys
 
-from hermes.cli.options import add_memory_options, add_run_options, check_run_options, config_from_args, set_threads
+from hermes.cli.options import (
+    add_memory_options,
+    add_run_options,
+    check_run_options,
+    config_from_args,
+    model_options,
+    set_threads,
+)
 
 # Benchmark prompts carry every option, so they run longer than a chat question.
 EVAL_MAX_QUESTION_CHARS = 8000
@@ -21,7 +28,9 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="accuracy on a benchmark's annotation file (StreamingBench, OVO-Bench, Video-MME, MVBench)",
         description="Stream each video up to each question's time (streaming benchmarks) or to its end (offline "
         "ones), and score the option letter with the highest first-token log-probability. Results are appended "
-        "per question to --out, so a run resumes where it stopped.",
+        "per question to --out, so a run resumes where it stopped. Under a launcher (accelerate launch "
+        "--num_processes N -m hermes eval ..., or torchrun --nproc_per_node N -m hermes eval ...), each process "
+        "streams its share of the videos into its own part file, and the last one to finish merges them.",
     )
     p.add_argument("--bench", choices=sorted(BENCHES), required=True)
     p.add_argument(
@@ -50,14 +59,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from hermes.engine.session import StreamingSession
     from hermes.eval.formats import BENCHES
+    from hermes.eval.forward import ovo_scores, render_ovo_scores
     from hermes.eval.harness import EvalSettings, render_summary, run_eval
+    from hermes.eval.shard import Shard
     from hermes.models.loading import load_video_lm
 
     spec = BENCHES[args.bench]
     check_run_options(args)
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be at least 1")
-    from hermes.eval.forward import ovo_scores, render_ovo_scores
     if args.max_new_tokens < 0:
         raise ValueError("--max-new-tokens must be 0 (score only) or more")
     if not Path(args.videos).is_dir():
@@ -66,7 +76,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not items and not problems:
         raise ValueError(f"{args.annotations} holds no questions")
     config_from_args(args, default_reindex=spec.reindex)  # checked before the model loads
-    lm = load_video_lm(args.model, device=args.device)
+    shard = Shard.from_env()  # RANK and WORLD_SIZE from torchrun or accelerate launch
+    placement = model_options(args)
+    if shard.sharded and placement["device"] is None and placement["device_map"] is None:
+        placement["device"] = shard.local_device()  # one GPU per process, when there are GPUs
+    lm = load_video_lm(args.model, **placement)
     set_threads(args.threads, lm.device)
     config = config_from_args(args, lm.default_fps, default_reindex=spec.reindex)
     if lm.random_weights:
@@ -74,7 +88,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results-{args.bench}.jsonl")
     session = StreamingSession(lm, config, policy=args.policy, max_question_chars=EVAL_MAX_QUESTION_CHARS)
     settings = EvalSettings(max_new_tokens=args.max_new_tokens, limit=args.limit)
-    summary = run_eval(lm, spec, items, problems, session, args.videos, out, settings, progress=not args.no_progress)
+    summary = run_eval(
+        lm, spec, items, problems, session, args.videos, out, settings, progress=not args.no_progress, shard=shard
+    )
+    if summary is None:
+        print(
+            f"shard {shard.rank} of {shard.world} done: {shard.part(out)}; the last shard to finish merges "
+            f"the parts into {out} and writes the summary",
+            file=sys.stderr,
+        )
+        return 0
     summary["settings"] = {
         "bench": args.bench,
         "model": args.model,
@@ -82,6 +105,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "limit": args.limit,
         **config.to_dict(),
     }
+    if args.bench == "ovobench":  # the benchmark's own summary: group averages and the overall score
+        summary["ovo"] = ovo_scores(summary)
     summary_path = out.with_name(out.stem + ".summary.json")
     summary_path.write_text(json.dumps(summary, indent=2))
     title = (
@@ -89,9 +114,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"{config.chunk_frames}-frame chunks at {config.fps:g} fps, {config.reindex} re-indexing"
     )
     print(render_summary(summary, title), flush=True)
-    if args.bench == "ovobench":  # the benchmark's own summary: group averages and the overall score
-        summary["ovo"] = ovo_scores(summary)
-    print(f"wrote {out} and {summary_path}", file=sys.stderr)
-    return 0
     if "ovo" in summary:
         print("\n" + render_ovo_scores(summary["ovo"]), flush=True)
+    print(f"wrote {out} and {summary_path}", file=sys.stderr)
+    return 0
