@@ -644,3 +644,20 @@ def test_eval_sharded_by_a_launcher_equals_one_process(videos: Path, tmp_path: P
     assert {r["pred"] for r in one.values() if r["status"] == "answered"}  # predictions to compare
     summaries = [json.loads((tmp_path / f"{name}.summary.json").read_text()) for name in ("one", "two")]
     assert summaries[0] == summaries[1]
+
+
+def test_shard_from_the_launchers_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hermes.eval.shard import Shard
+
+    assert Shard.from_env({}) == Shard(0, 1) and not Shard.from_env({}).sharded
+    shard = Shard.from_env({"RANK": "1", "WORLD_SIZE": "3", "LOCAL_RANK": "1"})
+    assert shard.take(list("abcdefg")) == ["b", "e"] and shard.owner(4) == 1
+    assert shard.part(tmp_path / "r.jsonl") == tmp_path / "r.part-1-of-3.jsonl"
+    assert Shard().part(tmp_path / "r.jsonl") == tmp_path / "r.jsonl"
+    assert shard.local_device() is None  # no GPU here: the CPU, as without a launcher
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert shard.local_device({"LOCAL_RANK": "3"}) == "cuda:1"  # one GPU per process, round robin
+    for bad in ({"RANK": "3", "WORLD_SIZE": "3"}, {"RANK": "x", "WORLD_SIZE": "2"}):
+        with pytest.raises(ValueError, match="shard"):
+            Shard.from_env(bad)
