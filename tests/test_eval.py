@@ -654,7 +654,8 @@ def test_shard_from_the_launchers_environment(tmp_path: Path, monkeypatch: pytes
     assert shard.take(list("abcdefg")) == ["b", "e"] and shard.owner(4) == 1
     assert shard.part(tmp_path / "r.jsonl") == tmp_path / "r.part-1-of-3.jsonl"
     assert Shard().part(tmp_path / "r.jsonl") == tmp_path / "r.jsonl"
-    assert shard.local_device() is None  # no GPU here: the CPU, as without a launcher
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert shard.local_device() is None  # no GPU: the CPU, as without a launcher
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert shard.local_device({"LOCAL_RANK": "3"}) == "cuda:1"  # one GPU per process, round robin
