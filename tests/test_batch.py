@@ -185,6 +185,13 @@ def test_a_dropped_row_is_not_recorded_and_the_others_go_on(llava_lm):
     # A row dropped before it joined never runs.
     decoder.drop(decoder.add(sessions[0], "Why?", 4))
     assert len(decoder) == 0 and decoder.step() == []
+    # Dropping the last running row keeps the rows waiting to join.
+    running = decoder.add(sessions[0], "Why?", 4)
+    decoder.step()
+    waiting = decoder.add(sessions[1], "How?", 2, tag="w")
+    decoder.drop(running)
+    assert decoder.rows == [] and decoder.joining == [waiting]
+    assert _run(decoder)["w"][-1][1].done
 
 
 def test_bad_rows_are_refused_at_once(llava_lm, qwen_lm):

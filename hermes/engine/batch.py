@@ -242,8 +242,11 @@ class BatchDecoder:
             self._leave({row})
 
     def clear(self) -> None:
-        """Drop every row and free the batch cache (after a failed step)."""
+        """Drop every row, joining ones included, and free the batch cache (after a failed step)."""
         self.rows, self.joining = [], []
+        self._free()
+
+    def _free(self) -> None:
         self._cache = self._mask = None
         self._padded = False
 
@@ -362,7 +365,7 @@ class BatchDecoder:
         keep = [i for i, row in enumerate(self.rows) if row not in gone]
         self.rows = [self.rows[i] for i in keep]
         if not keep:
-            self.clear()
+            self._free()  # rows still waiting to join start a new one
             return
         mask = self._mask[keep]
         used = mask.any(dim=0)
