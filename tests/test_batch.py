@@ -205,3 +205,20 @@ def test_bad_rows_are_refused_at_once(llava_lm, qwen_lm):
     with pytest.raises(ValueError, match="the batch's model"):
         BatchDecoder(qwen_lm).add(session, "What is happening?")
     assert len(decoder) == 0
+
+
+def test_rows_past_the_memory_cap_wait_for_room(llava_lm):
+    sessions = _sessions(llava_lm)[:3]
+    one = max(sum(2 * k.numel() * k.element_size() for k, _ in s.memory.kv()) for s in sessions)
+    decoder = BatchDecoder(llava_lm, max_bytes=int(1.5 * one))  # room for one copy at a time
+    rows = [decoder.add(s, "What is happening?", 3 + i, tag=i) for i, s in enumerate(sessions)]
+    held = []
+    updates = {}
+    while len(decoder):
+        for row, update in decoder.step():
+            updates[row.tag] = update
+        held.append([r.tag for r in decoder.rows])
+    # One row at a time: each joined when the one before had left.
+    assert all(len(tags) <= 1 for tags in held) and [r.tag for r in rows] == [0, 1, 2]
+    for i, s in enumerate(sessions):
+        assert updates[i].done and updates[i].text == s.ask("What is happening?", 3 + i).text

@@ -9,6 +9,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import torch
 from hermes.engine.session import MAX_QUESTION_CHARS, QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.serving.admission import Busy, cache_bytes_for, default_memory_cap, full_slot_limit, prefix_len
+from hermes.serving.answers import batch_memory_cap
 from hermes.serving.live import LiveStream
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.settings import StreamSettings
@@ -556,6 +558,15 @@ def test_default_memory_cap(monkeypatch):
     assert default_memory_cap(torch.device("cuda")) == 52_000 * mb
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10_000 * mb, 16_000 * mb))
     assert default_memory_cap(torch.device("cuda")) == 7_952 * mb
+
+
+def test_the_answer_batch_copies_memories_within_half_the_gpu_margin(monkeypatch):
+    mb = 2**20
+    assert batch_memory_cap(torch.device("cpu")) is None
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=80_000 * mb))
+    assert batch_memory_cap(torch.device("cuda")) == 4_000 * mb  # 10% of the card, halved
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=16_000 * mb))
+    assert batch_memory_cap(torch.device("cuda")) == 1_024 * mb  # at least 2 GiB of margin, halved
 
 
 def test_admission_reserves_cache_memory_and_refuses_when_it_is_short(llava_lm, clips):

@@ -100,6 +100,12 @@ class BatchLayer(CacheLayerMixin):
     def rows(self) -> int:
         return 0 if self._k is None else self._k.shape[0]
 
+    def nbytes(self) -> int:
+        """Bytes of the keys and values in use (every row, padding included)."""
+        if self._k is None:
+            return 0
+        return 2 * self.rows * self._k.shape[1] * self.get_seq_length() * self._k.shape[-1] * self._k.element_size()
+
     def reserve(self, n: int) -> None:
         """Room for `n` more columns; when the buffer must grow, half as much again (and ROOM) as held."""
         if self.length + n <= self._k.shape[-2]:
@@ -178,6 +184,10 @@ class BatchCache(Cache):
         for layer in self.layers:
             layer.reserve(n)
 
+    def nbytes(self) -> int:
+        """Bytes of the keys and values held, padding included."""
+        return sum(layer.nbytes() for layer in self.layers)
+
 
 @dataclass(eq=False)
 class BatchRow:
@@ -208,10 +218,14 @@ class BatchDecoder:
     order: per row, the answer so far after each token, and a last one with `done` (the same
     `AnswerUpdate`s that `StreamingSession.ask_stream` yields; the finished answer is recorded on
     its session as there). `drop` takes a row out unfinished. No session's memory is changed.
+
+    `max_bytes` bounds the batch's copies of the memories: a row whose memory would pass it waits,
+    in order, until rows leave (a row always joins an empty batch).
     """
 
-    def __init__(self, lm: VideoLM) -> None:
+    def __init__(self, lm: VideoLM, max_bytes: int | None = None) -> None:
         self.lm = lm
+        self.max_bytes = max_bytes
         self._cache_argument = _cache_argument(lm.model)  # `cache`, or `past_key_values` before 5.x renamed it
         self.rows: list[BatchRow] = []  # in the batch, in cache row order
         self.joining: list[BatchRow] = []  # added, to join at the next step
@@ -253,7 +267,7 @@ class BatchDecoder:
     @torch.inference_mode()
     def step(self) -> list[tuple[BatchRow, AnswerUpdate]]:
         """One forward pass: the joining rows' questions and every other row's last token."""
-        joining, self.joining = self.joining, []
+        joining = self._admitted()
         if not joining and not self.rows:
             return []
         device = self.lm.device
@@ -288,6 +302,22 @@ class BatchDecoder:
             logits_to_keep=1,
         )
         return self._advance(out.logits[:, -1])
+
+    def _admitted(self) -> list[BatchRow]:
+        """The waiting rows that join at this step, in order, within `max_bytes`."""
+        if self.max_bytes is None:
+            joining, self.joining = self.joining, []
+            return joining
+        held = self._cache.nbytes() if self._cache is not None else 0
+        taken = 0
+        for row in self.joining:
+            need = sum(2 * k.numel() * k.element_size() for k, _ in row.session.memory.kv())
+            if (self.rows or taken) and held + need > self.max_bytes:
+                break
+            held += need
+            taken += 1
+        joining, self.joining = self.joining[:taken], self.joining[taken:]
+        return joining
 
     def _join(self, joining: list[BatchRow], width: int) -> None:
         """Copy the joining rows' memories into the batch cache (left-padded) and extend the mask."""

@@ -13,9 +13,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import torch
+
 from hermes.engine.batch import BatchDecoder, BatchRow
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.models.base import VideoLM
+from hermes.serving.admission import GPU_MARGIN_FRACTION, GPU_MARGIN_MIN_MB, MB
 from hermes.serving.worker import Job, is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
@@ -117,16 +120,27 @@ class AnswerRequest:
     max_new_tokens: int = MAX_NEW_TOKENS
 
 
+def batch_memory_cap(device: torch.device) -> int | None:
+    """Bytes the answer batch may copy memories into. On a GPU, half the margin that admission
+    control keeps free beside the caches (the other half stays for the step's activations); more
+    questions wait for answers to end. Elsewhere no cap: the copies are at most the caches admitted."""
+    if device.type != "cuda":
+        return None
+    total = torch.cuda.get_device_properties(device).total_memory
+    return max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total)) // 2
+
+
 class AnswerBatch:
     """The questions of every stream on one model, answered together on the model thread.
 
     A `hermes.serving.worker.Batch`: a job joins with a callable that returns its `AnswerRequest`
     (or None when there is nothing to answer, having told the viewer why); each policy of the
-    request is one row of the engine's `BatchDecoder`.
+    request is one row of the engine's `BatchDecoder`, whose copies of the memories stay within
+    `batch_memory_cap`.
     """
 
     def __init__(self, lm: VideoLM) -> None:
-        self.decoder = BatchDecoder(lm)
+        self.decoder = BatchDecoder(lm, batch_memory_cap(lm.device))
         self._requests: dict[Job, AnswerRequest] = {}
         self._rows: dict[Job, list[BatchRow]] = {}
 
