@@ -140,8 +140,11 @@ class Countdown:
 
 def test_batched_jobs_run_together_and_late_ones_join_at_the_next_step(worker):
     batch, order = Countdown(), []
-    gate = threading.Event()
-    worker.submit(lambda: gate.wait(5), Priority.CHUNK, "x")
+    gate, busy = threading.Event(), threading.Event()
+    worker.submit(lambda: busy.set() or gate.wait(5), Priority.CHUNK, "x")
+    # The model thread must be inside x before the questions come: else a, asked first, would
+    # jump ahead of x (questions before chunks) and run alone before b is even asked.
+    assert busy.wait(5)
     a = worker.submit(lambda: 3, Priority.QUESTION, "a", batch=batch)
     worker.submit(lambda: order.append("chunk"), Priority.CHUNK, "c")
     b = worker.submit(lambda: 1, Priority.QUESTION, "b", batch=batch)

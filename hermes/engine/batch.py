@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from hermes.engine.metrics import now_ms
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession, top_logprobs
-from hermes.models.base import VideoLM, _cache_argument
+from hermes.models.base import VideoLM
 
 # Room reserved after the longest row when a batch cache is (re)built, so that decoding rarely
 # grows it: a few answers' worth of tokens.
@@ -226,7 +226,6 @@ class BatchDecoder:
     def __init__(self, lm: VideoLM, max_bytes: int | None = None) -> None:
         self.lm = lm
         self.max_bytes = max_bytes
-        self._cache_argument = _cache_argument(lm.model)  # `cache`, or `past_key_values` before 5.x renamed it
         self.rows: list[BatchRow] = []  # in the batch, in cache row order
         self.joining: list[BatchRow] = []  # added, to join at the next step
         self._cache: BatchCache | None = None
@@ -297,7 +296,7 @@ class BatchDecoder:
             input_ids=torch.stack(input_ids),
             attention_mask=self._mask if self._padded else None,
             position_ids=torch.cat(positions, dim=-2),
-            **{self._cache_argument: self._cache},
+            **{self.lm.cache_argument: self._cache},
             use_cache=True,
             logits_to_keep=1,
         )

@@ -78,7 +78,8 @@ class VideoLM(ABC):
 
     def __init__(self, model: Any, processor: Any, source: str, random_weights: bool = False) -> None:
         self.model = model.eval()
-        self._cache_argument = _cache_argument(model)
+        # The name the model's forward takes the cache by (see `_cache_argument`).
+        self.cache_argument = _cache_argument(model)
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.source = source
@@ -197,7 +198,7 @@ class VideoLM(ABC):
         out = self.model(
             input_ids=input_ids,
             position_ids=self.position_ids(positions.to(self.device)),
-            **{self._cache_argument: cache},
+            **{self.cache_argument: cache},
             use_cache=True,
             logits_to_keep=logits_to_keep,
             **model_kwargs,
