@@ -165,6 +165,7 @@ class VideoLM(ABC):
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    mrope: ClassVar[bool] = False  # positions on three axes (t, h, w), as the Qwen-VL family has
     video_open: ClassVar[str] = ""
     video_close: ClassVar[str] = ""
 
@@ -177,9 +178,14 @@ class VideoLM(ABC):
         that writes the time into its prompt (Qwen3-VL) uses them, the others need only `fps`.
         """
 
-    @abstractmethod
     def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
-        """The model's position_ids argument for (axes, n) absolute positions."""
+        """The model's position_ids argument for (axes, n) absolute positions: (1, n) for RoPE;
+        (3, 1, n) for M-RoPE, where text (one axis given) advances on all three axes."""
+        if not self.mrope:
+            return positions[:1]
+        if positions.shape[0] == 1:
+            positions = positions.expand(3, -1)
+        return positions[:, None, :]
 
     @torch.inference_mode()
     def forward(

@@ -43,6 +43,3 @@ class LlavaOnevision(VideoLM):
             frames=local,
             rel_positions=torch.arange(n)[None],
         )
-
-    def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
-        return positions[:1]

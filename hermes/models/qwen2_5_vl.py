@@ -16,6 +16,7 @@ class Qwen25VL(VideoLM):
 
     arch: ClassVar[str] = "qwen2_5_vl"
     default_fps: ClassVar[float] = 1.0  # the paper's sampling rate for this family
+    mrope: ClassVar[bool] = True
     frame_multiple: ClassVar[int] = 2
     video_open: ClassVar[str] = "<|vision_start|>"
     video_close: ClassVar[str] = "<|vision_end|>"
@@ -56,8 +57,3 @@ class Qwen25VL(VideoLM):
             frames=steps * self.frame_multiple,
             rel_positions=rel[:, 0, :].cpu(),
         )
-
-    def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
-        if positions.shape[0] == 1:
-            positions = positions.expand(3, -1)
-        return positions[:, None, :]

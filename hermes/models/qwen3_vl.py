@@ -25,6 +25,7 @@ class Qwen3VL(VideoLM):
     arch: ClassVar[str] = "qwen3_vl"
     # The paper runs the Qwen family at 1 fps (Qwen2.5-VL in Table 1); Qwen3-VL alike.
     default_fps: ClassVar[float] = 1.0
+    mrope: ClassVar[bool] = True
     frame_multiple: ClassVar[int] = 2  # the vision tower merges frame pairs
     # Every frame pair carries its own <|vision_start|> and <|vision_end|>, as Qwen3-VL's own
     # processing lays out a video: nothing wraps the video as a whole.
@@ -65,8 +66,3 @@ class Qwen3VL(VideoLM):
             frames=pair * self.frame_multiple,
             rel_positions=rel[:, 0, :].cpu(),
         )
-
-    def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
-        if positions.shape[0] == 1:
-            positions = positions.expand(3, -1)
-        return positions[:, None, :]
