@@ -2,58 +2,33 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from transformers.video_utils import VideoMetadata
 
-from hermes.models.base import ChunkInputs, VideoLM
+from hermes.models.qwen_vl import QwenVL
 
 
-class Qwen25VL(VideoLM):
+class Qwen25VL(QwenVL):
     """Video tokens carry 3D positions; text after the video continues on all three axes."""
 
     arch: ClassVar[str] = "qwen2_5_vl"
-    default_fps: ClassVar[float] = 1.0  # the paper's sampling rate for this family
-    mrope: ClassVar[bool] = True
-    frame_multiple: ClassVar[int] = 2
+    name: ClassVar[str] = "Qwen2.5-VL"
     video_open: ClassVar[str] = "<|vision_start|>"
     video_close: ClassVar[str] = "<|vision_end|>"
 
-    def chunk_inputs(self, pixels: np.ndarray, fps: float, timestamps: np.ndarray | None = None) -> ChunkInputs:
-        if len(pixels) % self.frame_multiple:
-            raise ValueError(f"Qwen2.5-VL needs an even number of frames per chunk, got {len(pixels)}")
+    def video_metadata(self, n: int, fps: float, timestamps: np.ndarray | None) -> VideoMetadata:
         # The real fps matters: without it the processor assumes 24 fps and the temporal
         # positions of a 0.5 fps stream collapse onto each other.
-        meta = VideoMetadata(total_num_frames=len(pixels), fps=fps)
-        proc = self.processor(
-            text=self.processor.video_token,
-            videos=[list(pixels)],
-            video_metadata=[meta],
-            do_sample_frames=False,
-            return_tensors="pt",
-        )
-        ids = proc["input_ids"]
-        grid = proc["video_grid_thw"]
-        # A chunk alone starts at 0 on every axis; the engine adds the stream's next position.
-        rel, _ = self.model.model.get_rope_index(
-            ids,
-            mm_token_type_ids=proc["mm_token_type_ids"],
-            video_grid_thw=grid,
-            second_per_grid_ts=torch.as_tensor(proc["second_per_grid_ts"]),
-        )
+        return VideoMetadata(total_num_frames=n, fps=fps)
+
+    def rope_index_kwargs(self, proc: Any) -> dict[str, Any]:
+        return {"second_per_grid_ts": torch.as_tensor(proc["second_per_grid_ts"])}
+
+    def frame_pair_of_token(self, ids: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        # The pads of one frame pair are contiguous: (h / merge) x (w / merge) of them.
         _, h, w = (int(x) for x in grid[0])
         merge = self.model.config.vision_config.spatial_merge_size
-        per_step = (h // merge) * (w // merge)
-        steps = torch.arange(ids.shape[-1]) // per_step
-        kwargs = {
-            "pixel_values_videos": proc["pixel_values_videos"].to(self.device, self.dtype),
-            "video_grid_thw": grid.to(self.device),
-        }
-        return ChunkInputs(
-            input_ids=ids.to(self.device),
-            model_kwargs=kwargs,
-            frames=steps * self.frame_multiple,
-            rel_positions=rel[:, 0, :].cpu(),
-        )
+        return torch.arange(ids.shape[-1]) // ((h // merge) * (w // merge))

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 from transformers.video_utils import VideoMetadata
 
-from hermes.models.base import ChunkInputs, VideoLM
+from hermes.models.qwen_vl import QwenVL
 
 
-class Qwen3VL(VideoLM):
+class Qwen3VL(QwenVL):
     """Each frame pair becomes `<t seconds><|vision_start|>` pads `<|vision_end|>`.
 
     The timestamps are the frames' stream times, so a chunk's tokens are exactly those that
@@ -23,46 +23,21 @@ class Qwen3VL(VideoLM):
     """
 
     arch: ClassVar[str] = "qwen3_vl"
-    # The paper runs the Qwen family at 1 fps (Qwen2.5-VL in Table 1); Qwen3-VL alike.
-    default_fps: ClassVar[float] = 1.0
-    mrope: ClassVar[bool] = True
-    frame_multiple: ClassVar[int] = 2  # the vision tower merges frame pairs
+    name: ClassVar[str] = "Qwen3-VL"
     # Every frame pair carries its own <|vision_start|> and <|vision_end|>, as Qwen3-VL's own
     # processing lays out a video: nothing wraps the video as a whole.
     video_open: ClassVar[str] = ""
     video_close: ClassVar[str] = ""
 
-    def chunk_inputs(self, pixels: np.ndarray, fps: float, timestamps: np.ndarray | None = None) -> ChunkInputs:
-        n = len(pixels)
-        if n % self.frame_multiple:
-            raise ValueError(f"Qwen3-VL needs an even number of frames per chunk, got {n}")
+    def video_metadata(self, n: int, fps: float, timestamps: np.ndarray | None) -> VideoMetadata:
         times = np.arange(n) / fps if timestamps is None else np.asarray(timestamps, dtype=float)
         if len(times) < n:  # the engine repeated the last frame to make a pair: so does its time
             times = np.concatenate([times, np.repeat(times[-1:], n - len(times))])
         # The processor writes frame index / fps as each pair's time (the mean of the pair's two
         # frames); indices in units of 1/fps give the stream times exactly.
-        meta = VideoMetadata(total_num_frames=n, fps=fps, frames_indices=(times[:n] * fps).tolist())
-        proc = self.processor(
-            text=self.processor.video_token,
-            videos=[list(pixels)],
-            video_metadata=[meta],
-            do_sample_frames=False,
-            return_tensors="pt",
-        )
-        ids = proc["input_ids"]
-        grid = proc["video_grid_thw"]
-        # A chunk alone starts at 0 on every axis; the engine adds the stream's next position.
-        rel, _ = self.model.model.get_rope_index(ids, mm_token_type_ids=proc["mm_token_type_ids"], video_grid_thw=grid)
+        return VideoMetadata(total_num_frames=n, fps=fps, frames_indices=(times[:n] * fps).tolist())
+
+    def frame_pair_of_token(self, ids: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         # Frame pair g owns its timestamp, its <|vision_start|>, its pads and its <|vision_end|>.
         ends = (ids[0] == self.model.config.vision_end_token_id).long()
-        pair = torch.cumsum(ends, dim=0) - ends
-        kwargs = {
-            "pixel_values_videos": proc["pixel_values_videos"].to(self.device, self.dtype),
-            "video_grid_thw": grid.to(self.device),
-        }
-        return ChunkInputs(
-            input_ids=ids.to(self.device),
-            model_kwargs=kwargs,
-            frames=pair * self.frame_multiple,
-            rel_positions=rel[:, 0, :].cpu(),
-        )
+        return torch.cumsum(ends, dim=0) - ends
