@@ -32,6 +32,27 @@ TIMEOUT_MS = 90_000
 pytestmark = pytest.mark.browser
 
 
+def set_slider(page, elem_id: str, value: str, tries: int = 5) -> None:
+    """Type `value` into a Gradio slider's number box until the slider holds it.
+
+    Gradio mounts an accordion's content when it first opens, so a value typed into the box during
+    that render can be lost; the slider's range input shows what Start will actually read.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = f"#{elem_id} input[type=number]"
+    committed = f"() => document.querySelector('#{elem_id} input[type=range]').value === '{value}'"
+    for _ in range(tries):
+        page.fill(box, value)
+        page.press(box, "Tab")
+        try:
+            page.wait_for_function(committed, timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"slider #{elem_id} never took the value {value}")
+
+
 @pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM.exists():
@@ -109,8 +130,7 @@ def test_watch_for_box_alerts_in_the_chat_and_plots_p_yes(browser, url, tmp_path
     assert page.input_value("#watch-question textarea") == ""
     # A low threshold, so that random weights fire at the first check.
     page.get_by_text("Settings (applied at the next Start or Reset)").click()
-    page.fill("#watch-threshold input[type=number]", "0.05")
-    page.press("#watch-threshold input[type=number]", "Enter")
+    set_slider(page, "watch-threshold", "0.05")
 
     page.get_by_label("max", exact=True).check()
     page.click("#start-sample")
