@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache
 
 from hermes.engine.metrics import now_ms
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession, top_logprobs
+from hermes.memory.buffer import BufferLayer
 from hermes.models.base import VideoLM
 
 # Room reserved after the longest row when a batch cache is (re)built, so that decoding rarely
@@ -29,66 +30,14 @@ from hermes.models.base import VideoLM
 ROOM = 128
 
 
-class BatchLayer(CacheLayerMixin):
+class BatchLayer(BufferLayer):
     """One decoder layer of a batch: keys and values (rows, heads, tokens, dim) in a buffer with
     room to grow. Columns [start, length) are in use; every row has the same number of columns."""
 
-    is_sliding = False
     is_croppable = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._k: torch.Tensor | None = None
-        self._v: torch.Tensor | None = None
-        self.start = 0
-        self.length = 0
-
-    # -- the transformers layer interface -------------------------------------------------------
-    @property
-    def keys(self) -> torch.Tensor | None:
-        return None if self._k is None else self._k[..., self.start : self.length, :]
-
-    @keys.setter
-    def keys(self, value: torch.Tensor | None) -> None:
-        # CacheLayerMixin.__init__ assigns None; the storage itself is `_k`.
-        if value is not None:
-            raise AttributeError("a BatchLayer's keys are written through update()")
-
-    @property
-    def values(self) -> torch.Tensor | None:
-        return None if self._v is None else self._v[..., self.start : self.length, :]
-
-    @values.setter
-    def values(self, value: torch.Tensor | None) -> None:
-        if value is not None:
-            raise AttributeError("a BatchLayer's values are written through update()")
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         raise RuntimeError("a BatchLayer is filled from sessions' memories (BatchCache.extend) before the model runs")
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new columns after the ones held, and return all of them (views, no copy)."""
-        if self._k is None:
-            self.lazy_initialization(key_states, value_states)
-        n = key_states.shape[-2]
-        self.reserve(n)
-        self._k[..., self.length : self.length + n, :] = key_states
-        self._v[..., self.length : self.length + n, :] = value_states
-        self.length += n
-        return self.keys, self.values
-
-    def get_mask_sizes(self, query: int | torch.Tensor) -> tuple[int, int]:
-        # transformers passes the query length; releases before 5.x passed the cache positions.
-        n = query if isinstance(query, int) else query.shape[-1]
-        return self.get_seq_length() + n, 0
-
-    def get_seq_length(self, *_: object) -> int:
-        return self.length - self.start
-
-    def get_max_length(self) -> int:
-        return -1
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("a BatchCache decodes greedily: rows join and leave through BatchDecoder")

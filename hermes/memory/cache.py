@@ -25,8 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache
 
+from hermes.memory.buffer import BufferLayer
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
@@ -66,19 +67,15 @@ class ChunkMeta:
         return self.frames.numel()
 
 
-class HermesLayer(CacheLayerMixin):
+class HermesLayer(BufferLayer):
     """One decoder layer's memory: a preallocated key/value buffer and the bookkeeping of its slots."""
 
-    is_sliding = False
     is_croppable = True
 
     def __init__(self, rope: RopeSpec) -> None:
+        super().__init__()
         self.rope = rope
-        self.is_initialized = False
-        self._k: torch.Tensor | None = None
-        self._v: torch.Tensor | None = None
         self._k0: torch.Tensor | None = None  # origin keys, in 16-bit caches only
-        self.length = 0  # tokens held now, scratch tokens included
         self.committed = 0  # tokens that belong to the memory: prefix + slots
         self.prefix_len = 0
         self.stream_ids = torch.empty(0, dtype=torch.long)  # SUMMARY_ID for the summary slot
@@ -88,19 +85,7 @@ class HermesLayer(CacheLayerMixin):
         self.scores = torch.empty(0)  # last smoothed score, NaN if never scored
         self.summary_count = 0  # evicted tokens folded into the summary so far
 
-    # -- the transformers layer interface -------------------------------------------------------
-    @property
-    def keys(self) -> torch.Tensor | None:
-        return None if self._k is None else self._k[..., : self.length, :]
-
-    @property
-    def values(self) -> torch.Tensor | None:
-        return None if self._v is None else self._v[..., : self.length, :]
-
-    @property
-    def device(self) -> torch.device | None:
-        return None if self._k is None else self._k.device
-
+    # -- the transformers layer interface (the rest is BufferLayer's; `start` stays 0) -----------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         if key_states.shape[0] != 1:
             raise ValueError(f"a HermesCache holds one stream (batch size 1), got batch size {key_states.shape[0]}")
@@ -109,30 +94,6 @@ class HermesLayer(CacheLayerMixin):
         if key_states.dtype in LOW_PRECISION:
             self._k0 = self._k.new_empty(self._k.shape)
         self.is_initialized = True
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new tokens after the ones held, and return all of them (views, no copy)."""
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n = key_states.shape[-2]
-        self.reserve(n)
-        self._k[..., self.length : self.length + n, :] = key_states
-        self._v[..., self.length : self.length + n, :] = value_states
-        self.length += n
-        return self.keys, self.values
-
-    def get_mask_sizes(self, query: int | torch.Tensor) -> tuple[int, int]:
-        # transformers passes the query length; releases before 5.x passed the cache positions.
-        n = query if isinstance(query, int) else query.shape[-1]
-        return self.length + n, 0
-
-    def get_seq_length(self, *_: object) -> int:
-        return self.length
-
-    def get_max_length(self) -> int:
-        return -1
 
     def reset(self) -> None:
         self.__init__(self.rope)

@@ -1,0 +1,67 @@
+"""`BufferLayer`: one decoder layer's keys and values in a buffer that new tokens are written into.
+
+The part of the transformers layer interface that any preallocated cache layer shares: the model
+writes its new keys and values after the columns in use (`update`), and reads the columns in use
+back as views, with no copy. Subclasses say how the buffer is made (`lazy_initialization`) and how
+it grows (`reserve`): `HermesLayer` holds one stream's memory, the engine's `BatchLayer` several
+sessions' copies side by side.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import CacheLayerMixin
+
+
+class BufferLayer(CacheLayerMixin):
+    """Keys and values (batch, heads, columns, dim) in a buffer: columns [start, length) are in use."""
+
+    is_sliding = False
+
+    def __init__(self) -> None:
+        # CacheLayerMixin.__init__ would assign `keys` and `values`, which here are views of the buffer.
+        self.is_initialized = False
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self.start = 0
+        self.length = 0
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._k is None else self._k[..., self.start : self.length, :]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[..., self.start : self.length, :]
+
+    @property
+    def device(self) -> torch.device | None:
+        return None if self._k is None else self._k.device
+
+    def reserve(self, n: int) -> None:
+        """Make room in the buffer for `n` more columns."""
+        raise NotImplementedError
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new columns after the ones in use, and return all of them (views, no copy)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = key_states.shape[-2]
+        self.reserve(n)
+        self._k[..., self.length : self.length + n, :] = key_states
+        self._v[..., self.length : self.length + n, :] = value_states
+        self.length += n
+        return self.keys, self.values
+
+    def get_seq_length(self, *_: object) -> int:
+        return self.length - self.start
+
+    def get_mask_sizes(self, query: int | torch.Tensor) -> tuple[int, int]:
+        # transformers passes the query length; releases before 5.x passed the cache positions.
+        n = query if isinstance(query, int) else query.shape[-1]
+        return self.get_seq_length() + n, 0
+
+    def get_max_length(self) -> int:
+        return -1
