@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
-from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb, repeat_kv
+from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
 # Short on purpose: the guidance pass runs after every chunk past the budget, and its cost grows
 # with the prompt's length (a byte-level tokenizer spends one token per character).
@@ -105,12 +105,17 @@ class AttentionProbe:
             q, _ = apply_rotary_pos_emb(q, q, cos, sin)
             # The cache layer already holds the new tokens' keys (the module appended them). Scale q,
             # not the (heads x new x keys) scores, and mask only the new keys: the old ones are
-            # visible to every new token.
+            # visible to every new token. Query heads are grouped by the key head they share
+            # (GQA), so that the keys are read once per key head rather than copied per query head.
             rows = self.queries.get(layer, slice(None))
-            keys = repeat_kv(cache.layers[module.layer_idx].keys, module.num_key_value_groups)
-            scores = torch.matmul(q[:, :, rows].float() * module.scaling, keys.float().transpose(-1, -2))
+            keys = cache.layers[module.layer_idx].keys
+            kv_heads = keys.shape[1]
+            q = q[:, :, rows].float() * module.scaling
+            q = q.reshape(batch, kv_heads, -1, q.shape[-1])  # (batch, kv heads, groups x rows, dim)
+            scores = torch.matmul(q, keys.float().transpose(-1, -2))
             causal = torch.ones(n_new, n_new, dtype=torch.bool, device=scores.device).triu(1)[rows]
-            scores[..., -n_new:].masked_fill_(causal, float("-inf"))
+            grouped = scores.view(batch, kv_heads, module.num_key_value_groups, -1, scores.shape[-1])
+            grouped[..., -n_new:].masked_fill_(causal, float("-inf"))
             self.weights[layer] = scores.softmax(dim=-1)[0].mean(dim=(0, 1))
             if self.stop_early and layer == self.layers[-1]:
                 # Deeper layers and the LM head would only be thrown away: skip them.

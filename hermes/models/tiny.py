@@ -53,7 +53,7 @@ QK_INIT_STD = 0.25
 
 LM_HIDDEN = 64
 LM_HEADS = 4
-LM_KV_HEADS = 2  # GQA: 2 query heads per KV head, so repeat_kv is exercised
+LM_KV_HEADS = 2  # GQA: 2 query heads per KV head, so the grouped-query paths are exercised
 LM_HEAD_DIM = LM_HIDDEN // LM_HEADS  # 16
 LM_INTERMEDIATE = 128
 ROPE_THETA = 1_000_000.0  # as in the real Qwen2 / Qwen2.5-VL checkpoints
