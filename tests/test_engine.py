@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from hermes.engine import guidance
 from hermes.engine.chunk import Chunk
 from hermes.engine.guidance import (
     GLOBAL_PROMPT,
@@ -72,7 +73,11 @@ def test_hermes_equals_full_until_it_must_evict(lm):
     assert not torch.allclose(small.first_token_logprobs("What is happening?"), b)
 
 
-def test_guidance_attention_matches_eager_and_leaves_cache(lm):
+@pytest.mark.parametrize("block_bytes", [None, 1], ids=["one block", "a row per block"])
+def test_guidance_attention_matches_eager_and_leaves_cache(lm, monkeypatch, block_bytes):
+    if block_bytes is not None:  # the probe's blocks of query rows add up to the whole
+        monkeypatch.setattr(guidance, "PROBE_BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr(guidance, "PROBE_BLOCK_BYTES_ACCELERATOR", block_bytes)
     s = _session(lm, 120)
     for i in range(3):
         s.ingest(_chunk(i, i))

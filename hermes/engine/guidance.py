@@ -27,6 +27,10 @@ LOCAL_PROMPT = "This scene: objects, fine actions, where things are."
 # out, and so that a long answer does not make every later compression pay for its length.
 HISTORY_QUESTION_TOKENS = 24
 HISTORY_ANSWER_TOKENS = 24
+# Bytes of fp32 attention scores the probe holds at once: small on a CPU (see `mean_attention`),
+# large where an accelerator's allocator keeps its buffers and each block costs kernel launches.
+PROBE_BLOCK_BYTES = 4 * 2**20
+PROBE_BLOCK_BYTES_ACCELERATOR = 512 * 2**20
 
 
 def guidance_prompt(
@@ -51,6 +55,33 @@ def guidance_prompt(
     parts.append(encode(GLOBAL_PROMPT))
     global_ids = torch.cat(parts, dim=-1)
     return torch.cat([global_ids, encode(" " + LOCAL_PROMPT)], dim=-1), global_ids.shape[-1]
+
+
+def mean_attention(q: torch.Tensor, keys: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
+    """(keys,): the softmax attention of the queries `q` (1, heads, rows, dim), already scaled, over
+    `keys` (1, kv heads, keys, dim), averaged over heads and rows. The last `causal.shape[-1]` keys
+    are hidden from a row where `causal` (rows, new keys) is True.
+
+    Computed in fp32, query heads grouped by the key head they share (GQA), so that the keys are not
+    copied per query head, and a block of rows at a time: on a CPU, buffers past a few MiB come from
+    fresh pages, whose faults cost as much as the arithmetic, while small blocks reuse the heap.
+    """
+    kv_heads, total = keys.shape[1], keys.shape[-2]
+    heads, rows, dim = q.shape[1:]
+    groups = heads // kv_heads
+    grouped = q[0].float().view(kv_heads, groups, rows, dim)
+    keys_t = keys[0].float().transpose(-1, -2)  # (kv heads, dim, keys)
+    budget = PROBE_BLOCK_BYTES if keys.device.type == "cpu" else PROBE_BLOCK_BYTES_ACCELERATOR
+    block = max(1, budget // (heads * total * 4))
+    sums = torch.zeros(total, device=keys.device)
+    for i in range(0, rows, block):
+        part = grouped[:, :, i : i + block]
+        scores = torch.matmul(part.reshape(kv_heads, -1, dim), keys_t)
+        scores.view(kv_heads, groups, -1, total)[..., total - causal.shape[-1] :].masked_fill_(
+            causal[i : i + block], float("-inf")
+        )
+        sums += scores.softmax(dim=-1).sum(dim=(0, 1))
+    return sums / (heads * rows)
 
 
 class _ProbeDone(Exception):
@@ -103,20 +134,12 @@ class AttentionProbe:
                 q = module.q_norm(q)
             q = q.transpose(1, 2)
             q, _ = apply_rotary_pos_emb(q, q, cos, sin)
-            # The cache layer already holds the new tokens' keys (the module appended them). Scale q,
-            # not the (heads x new x keys) scores, and mask only the new keys: the old ones are
-            # visible to every new token. Query heads are grouped by the key head they share
-            # (GQA), so that the keys are read once per key head rather than copied per query head.
+            # The cache layer already holds the new tokens' keys (the module appended them); only
+            # those are masked, the old ones are visible to every new token.
             rows = self.queries.get(layer, slice(None))
+            causal = torch.ones(n_new, n_new, dtype=torch.bool, device=q.device).triu(1)[rows]
             keys = cache.layers[module.layer_idx].keys
-            kv_heads = keys.shape[1]
-            q = q[:, :, rows].float() * module.scaling
-            q = q.reshape(batch, kv_heads, -1, q.shape[-1])  # (batch, kv heads, groups x rows, dim)
-            scores = torch.matmul(q, keys.float().transpose(-1, -2))
-            causal = torch.ones(n_new, n_new, dtype=torch.bool, device=scores.device).triu(1)[rows]
-            grouped = scores.view(batch, kv_heads, module.num_key_value_groups, -1, scores.shape[-1])
-            grouped[..., -n_new:].masked_fill_(causal, float("-inf"))
-            self.weights[layer] = scores.softmax(dim=-1)[0].mean(dim=(0, 1))
+            self.weights[layer] = mean_attention(q[:, :, rows] * module.scaling, keys, causal)
             if self.stop_early and layer == self.layers[-1]:
                 # Deeper layers and the LM head would only be thrown away: skip them.
                 raise _ProbeDone
