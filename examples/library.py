@@ -12,10 +12,15 @@ chunk into the cache and compresses it to the budget; the question is then answe
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
+
+# So that the example also runs from a checkout where `pip install .` was never run. Code of your
+# own needs no such line once HERMES is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes import HermesCache, HermesConfig
 from hermes.engine.session import StreamingSession

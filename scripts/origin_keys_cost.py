@@ -12,9 +12,13 @@ attention over the cache is timed too.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes.memory import cache as memory_cache
 from hermes.memory.cache import ChunkMeta, HermesCache
