@@ -68,7 +68,10 @@ class ChunkMeta:
 
 
 class HermesLayer(BufferLayer):
-    """One decoder layer's memory: a preallocated key/value buffer and the bookkeeping of its slots."""
+    """One decoder layer's memory: a preallocated key/value buffer and the bookkeeping of its slots.
+
+    `length` counts every token held, scratch tokens (a question, a guidance prompt) included;
+    `committed` only those of the memory."""
 
     is_croppable = True
 
