@@ -181,9 +181,16 @@ def test_a_failing_batch_step_fails_every_job_in_it_and_the_worker_goes_on(worke
             raise MemoryError()
 
     batch.on_step = on_step
+    # Both questions must be waiting before the model thread is free, or a could reach its failing
+    # step before b is asked, and b would then run alone, unharmed.
+    gate, busy = threading.Event(), threading.Event()
+    worker.submit(lambda: busy.set() or gate.wait(5), Priority.CHUNK, "x")
+    assert busy.wait(5)
     for owner in ("a", "b"):
         worker.submit(lambda: 5, Priority.QUESTION, owner, on_error=errors.append, batch=batch)
+    gate.set()
     assert worker.wait_idle(timeout=5)
+    assert batch.steps[:2] == [["a", "b"], ["a", "b"]]
     assert len(errors) == 2 and all(isinstance(e, MemoryError) for e in errors)
     assert worker.errors == 1 and worker.alive and len(batch) == 0
     batch.on_step = lambda n: None
