@@ -419,6 +419,20 @@ def test_ovobench_forward_scores_every_test_point(llava_lm, session, videos: Pat
     assert scores["overall"] == pytest.approx(np.mean([scores["backward"], scores["real-time"], scores["forward"]]))
 
 
+def _streamed_until(lm, config, video: Path, until_s: float) -> StreamingSession:
+    """A fresh session that has seen `video` up to `until_s` only."""
+    fresh = StreamingSession(lm, config, policy="hermes")
+    chunker = Chunker(CHUNK)
+    for frame in iter_frames(video, FPS):
+        if frame.t > until_s:
+            break
+        chunk = chunker.push(frame)
+        if chunk is not None:
+            fresh.ingest(chunk)
+    fresh.ingest(chunker.flush())
+    return fresh
+
+
 def test_forward_p_yes_matches_a_fresh_stream(llava_lm, session, videos: Path, tmp_path: Path) -> None:
     """A forward test point's p(yes) is that of a session that saw the video up to its time only."""
     spec = BENCHES["ovobench"]
@@ -428,15 +442,7 @@ def test_forward_p_yes_matches_a_fresh_stream(llava_lm, session, videos: Path, t
     run_eval(llava_lm, spec, [item], [], session, videos, out, EvalSettings(max_new_tokens=0), False)
     record = _records(out)[0]
 
-    fresh = StreamingSession(llava_lm, session.config, policy="hermes")
-    chunker = Chunker(CHUNK)
-    for frame in iter_frames(videos / "videos" / "long.mp4", FPS):
-        if frame.t > 5.0:
-            break
-        chunk = chunker.push(frame)
-        if chunk is not None:
-            fresh.ingest(chunk)
-    fresh.ingest(chunker.flush())
+    fresh = _streamed_until(llava_lm, session.config, videos / "videos" / "long.mp4", 5.0)
     expected = AnswerWords.for_lm(llava_lm).p_yes(fresh.first_token_logprobs(item.prompt()))
     assert record["p_yes"] == pytest.approx(expected, abs=1e-5)
     assert record["frames_seen"] == 6 and record["text"] == "" and record["text_pred"] is None
@@ -452,15 +458,7 @@ def test_scores_match_a_fresh_stream(llava_lm, session, videos: Path, tmp_path: 
     run_eval(llava_lm, spec, [single], [], session, videos, out, EvalSettings(max_new_tokens=0), False)
     record = _records(out)[0]
 
-    fresh = StreamingSession(llava_lm, session.config, policy="hermes")
-    chunker = Chunker(CHUNK)
-    for frame in iter_frames(videos / "videos" / "long.mp4", FPS):
-        if frame.t > 5.0:
-            break
-        chunk = chunker.push(frame)
-        if chunk is not None:
-            fresh.ingest(chunk)
-    fresh.ingest(chunker.flush())
+    fresh = _streamed_until(llava_lm, session.config, videos / "videos" / "long.mp4", 5.0)
     logp = fresh.first_token_logprobs(single.prompt())
     expected = [float(logp[ord(letter)]) for letter in "ABCD"]
     assert np.allclose([record["option_logprobs"][k] for k in "ABCD"], expected, atol=1e-4)

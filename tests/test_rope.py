@@ -70,6 +70,16 @@ def test_rope_delta_bf16_cache_is_rotated_in_fp32():
     assert (naive.float() - expected).abs().max().item() > 5e-2
 
 
+def _moved_keys(rotary, head_dim: int, seed: int):
+    """Keys computed by `rotary` at random 3-axis positions, the same keys at other random positions,
+    and both sets of positions."""
+    raw = _unit_keys(head_dim, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    p_old = torch.randint(0, 300, (3, N), generator=g)
+    p_new = torch.randint(0, 300, (3, N), generator=g)
+    return _at(rotary, raw, p_old[:, None, :]), _at(rotary, raw, p_new[:, None, :]), p_old, p_new
+
+
 def test_mrope_delta_matches_transformers_sections():
     head_dim, section = 128, [16, 24, 24]
     cfg = Qwen2_5_VLTextConfig(
@@ -81,12 +91,7 @@ def test_mrope_delta_matches_transformers_sections():
     rotary = Qwen2_5_VLRotaryEmbedding(cfg)
     spec = RopeSpec.from_config(head_dim, 1e6, section)
     torch.testing.assert_close(spec.inv_freq, rotary.inv_freq, rtol=0, atol=0)
-    raw = _unit_keys(head_dim, seed=3)
-    g = torch.Generator().manual_seed(4)
-    p_old = torch.randint(0, 300, (3, N), generator=g)
-    p_new = torch.randint(0, 300, (3, N), generator=g)
-    k_old = _at(rotary, raw, p_old[:, None, :])
-    expected = _at(rotary, raw, p_new[:, None, :])
+    k_old, expected, p_old, p_new = _moved_keys(rotary, head_dim, seed=3)
     got = rotate_keys(k_old, p_new - p_old, spec)
     assert (got - expected).abs().max().item() < 1e-5
     # Rotating every channel by the temporal delta alone (plain RoPE) must not match.
@@ -128,12 +133,7 @@ def test_interleaved_mrope_delta_matches_transformers_qwen3():
     rotary = _qwen3_rotary(head_dim, section)
     spec = RopeSpec.from_config(head_dim, 5e6, section, interleaved=True)
     torch.testing.assert_close(spec.inv_freq, rotary.inv_freq, rtol=0, atol=0)
-    raw = _unit_keys(head_dim, seed=5)
-    g = torch.Generator().manual_seed(6)
-    p_old = torch.randint(0, 300, (3, N), generator=g)
-    p_new = torch.randint(0, 300, (3, N), generator=g)
-    k_old = _at(rotary, raw, p_old[:, None, :])
-    expected = _at(rotary, raw, p_new[:, None, :])
+    k_old, expected, p_old, p_new = _moved_keys(rotary, head_dim, seed=5)
     got = rotate_keys(k_old, p_new - p_old, spec)
     assert (got - expected).abs().max().item() < 1e-5
     # Controls that must fail: the h and w deltas swapped, and the contiguous (Qwen2.5-VL) layout.

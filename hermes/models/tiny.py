@@ -279,13 +279,52 @@ def _build_llava(num_layers: int) -> tuple[Any, Any]:
     return model, processor
 
 
+def _qwen_vision_token_ids() -> dict[str, int]:
+    """The Qwen configs' ids of the image, video and vision-delimiter tokens in the tiny tokenizer."""
+    ids = {t: 256 + i for i, t in enumerate(_QWEN_SPECIALS)}
+    return {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+    }
+
+
+def _qwen_processor(
+    processor_class: type,
+    video_processor_class: type,
+    tokenizer: Any,
+    chat_template: str,
+    *,
+    patch: int,
+    image_min_pixels: int,
+    video_pixels: tuple[int, int],
+) -> Any:
+    """A Qwen-VL processor: the tiny tokenizer, images up to the tiny frame size and video frames
+    between `video_pixels` (min, max)."""
+    from transformers import Qwen2VLImageProcessor
+
+    common = {"patch_size": patch, "temporal_patch_size": QWEN_TEMPORAL_PATCH, "merge_size": QWEN_MERGE}
+    return processor_class(
+        image_processor=Qwen2VLImageProcessor(
+            size={"shortest_edge": image_min_pixels, "longest_edge": QWEN_FRAME_PIXELS}, **common
+        ),
+        tokenizer=tokenizer,
+        video_processor=video_processor_class(
+            size={"shortest_edge": video_pixels[0], "longest_edge": video_pixels[1]},
+            cap_pixels_per_frame=False,
+            **common,
+        ),
+        chat_template=chat_template,
+    )
+
+
 def _build_qwen(num_layers: int) -> tuple[Any, Any]:
     """(model, processor) for Qwen2.5-VL with a tiny LM (M-RoPE) and a tiny windowed ViT."""
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2_5_VLProcessor,
-        Qwen2VLImageProcessor,
         Qwen2VLVideoProcessor,
     )
 
@@ -311,39 +350,25 @@ def _build_qwen(num_layers: int) -> tuple[Any, Any]:
         "fullatt_block_indexes": [1],  # block 0 windowed, block 1 full, like the real mix
         "out_hidden_size": LM_HIDDEN,
     }
-    ids = {t: 256 + i for i, t in enumerate(_QWEN_SPECIALS)}
     config = Qwen2_5_VLConfig(
         text_config=text_config,
         vision_config=vision_config,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        **_qwen_vision_token_ids(),
         tie_word_embeddings=False,  # as in the real 7B checkpoint
     )
     model = Qwen2_5_VLForConditionalGeneration(config)
 
-    common = {
-        "patch_size": QWEN_PATCH,
-        "temporal_patch_size": QWEN_TEMPORAL_PATCH,
-        "merge_size": QWEN_MERGE,
-    }
-    image_processor = Qwen2VLImageProcessor(
-        size={"shortest_edge": 56 * 56, "longest_edge": QWEN_FRAME_PIXELS}, **common
-    )
     # min = max pixels: every frame of a stream gets the same small grid (~224x224 px),
     # whatever its resolution. The per-frame pixel cap is irrelevant at this size; setting
     # it explicitly keeps token counts predictable and silences the deprecation warning.
-    video_processor = Qwen2VLVideoProcessor(
-        size={"shortest_edge": QWEN_FRAME_PIXELS, "longest_edge": QWEN_FRAME_PIXELS},
-        cap_pixels_per_frame=False,
-        **common,
-    )
-    processor = Qwen2_5_VLProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        video_processor=video_processor,
-        chat_template=QWEN_CHAT_TEMPLATE,
+    processor = _qwen_processor(
+        Qwen2_5_VLProcessor,
+        Qwen2VLVideoProcessor,
+        tokenizer,
+        QWEN_CHAT_TEMPLATE,
+        patch=QWEN_PATCH,
+        image_min_pixels=56 * 56,
+        video_pixels=(QWEN_FRAME_PIXELS, QWEN_FRAME_PIXELS),
     )
     return model, processor
 
@@ -352,7 +377,6 @@ def _build_qwen3(num_layers: int) -> tuple[Any, Any]:
     """(model, processor) for Qwen3-VL with a tiny LM (interleaved M-RoPE, q/k norms) and a tiny ViT
     whose DeepStack features feed the first decoder layers."""
     from transformers import (
-        Qwen2VLImageProcessor,
         Qwen3VLConfig,
         Qwen3VLForConditionalGeneration,
         Qwen3VLProcessor,
@@ -382,32 +406,22 @@ def _build_qwen3(num_layers: int) -> tuple[Any, Any]:
         "num_position_embeddings": 256,  # a 16x16 grid of learned position embeddings, interpolated per frame
         "deepstack_visual_indexes": QWEN3_DEEPSTACK,
     }
-    ids = {t: 256 + i for i, t in enumerate(_QWEN_SPECIALS)}
     config = Qwen3VLConfig(
         text_config=text_config,
         vision_config=vision_config,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        **_qwen_vision_token_ids(),
         tie_word_embeddings=False,  # as in the real 8B checkpoint
     )
     model = Qwen3VLForConditionalGeneration(config)
 
-    common = {"patch_size": QWEN3_PATCH, "temporal_patch_size": QWEN_TEMPORAL_PATCH, "merge_size": QWEN_MERGE}
-    image_processor = Qwen2VLImageProcessor(
-        size={"shortest_edge": 64 * 64, "longest_edge": QWEN_FRAME_PIXELS}, **common
-    )
-    video_processor = Qwen3VLVideoProcessor(
-        size={"shortest_edge": QWEN3_MIN_VIDEO_PIXELS, "longest_edge": QWEN3_MAX_VIDEO_PIXELS},
-        cap_pixels_per_frame=False,
-        **common,
-    )
-    processor = Qwen3VLProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        video_processor=video_processor,
-        chat_template=QWEN3_CHAT_TEMPLATE,
+    processor = _qwen_processor(
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+        tokenizer,
+        QWEN3_CHAT_TEMPLATE,
+        patch=QWEN3_PATCH,
+        image_min_pixels=64 * 64,
+        video_pixels=(QWEN3_MIN_VIDEO_PIXELS, QWEN3_MAX_VIDEO_PIXELS),
     )
     return model, processor
 
