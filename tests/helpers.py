@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Iterator
+
+import torch
 
 from hermes.engine.batch import BatchDecoder
 from hermes.engine.session import StreamingSession
+from hermes.memory.cache import HermesCache
 
 
 @contextlib.contextmanager
@@ -31,3 +35,25 @@ def hold_answers(session: StreamingSession) -> Iterator[tuple[threading.Event, t
     finally:
         gate.set()  # never leave the model thread waiting, even when the test fails
         BatchDecoder.step = real
+
+
+def generate_on_cache(
+    lm, cache: HermesCache, question: str, max_new_tokens: int, name: str = "cache"
+) -> tuple[list[int], torch.Tensor]:
+    """Greedy answer through transformers' own `generate` on `cache`, passed as `name` (`cache` or
+    its pre-rename name `past_key_values`): the answer's token ids, and the first token's log-probabilities."""
+    ids = lm.question_ids(question)
+    n = ids.shape[-1]
+    with cache.scratch(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # `past_key_values` is the pre-rename name of `cache`
+        out = lm.model.generate(
+            ids,
+            attention_mask=torch.ones(1, cache.get_seq_length() + n, dtype=torch.long),
+            position_ids=cache.position_ids(n),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **{name: cache},
+        )
+    return out.sequences[0, n:].tolist(), torch.log_softmax(out.scores[0][0].float(), dim=-1)

@@ -18,6 +18,7 @@ from hermes.engine.batch import BatchDecoder
 from hermes.engine.chunk import Chunk
 from hermes.engine.session import QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
+from tests.helpers import generate_on_cache
 
 FRAMES = 2
 BUDGET = 150
@@ -71,21 +72,10 @@ def _assert_same_state(before: tuple, session: StreamingSession) -> None:
 
 def _generated_alone(lm, session: StreamingSession, question: str, max_new_tokens: int) -> list[int]:
     """Token ids of the greedy answer through transformers' own `generate` on the session's cache."""
-    cache = session.memory
-    ids = lm.question_ids(question)
-    n = ids.shape[-1]
     if max_new_tokens == 0:
         return []
-    with cache.scratch():
-        out = lm.model.generate(
-            ids,
-            attention_mask=torch.ones(1, cache.get_seq_length() + n, dtype=torch.long),
-            position_ids=cache.position_ids(n),
-            cache=cache,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-        )
-    return [t for t in out[0, n:].tolist() if t not in lm.eos_token_ids]
+    tokens, _ = generate_on_cache(lm, session.memory, question, max_new_tokens)
+    return [t for t in tokens if t not in lm.eos_token_ids]
 
 
 def _run(decoder: BatchDecoder, join_later: dict[int, tuple] | None = None) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from hermes import HermesCache
 from hermes.engine.chunk import Chunk
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
+from tests.helpers import generate_on_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is happening?"
@@ -34,24 +34,6 @@ def _streamed(lm, budget: int, chunks: int, **config) -> StreamingSession:
     return session
 
 
-def _generate(lm, cache: HermesCache, question: str, max_new_tokens: int, name: str = "cache"):
-    ids = lm.question_ids(question)
-    n = ids.shape[-1]
-    with cache.scratch(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # `past_key_values` is the pre-rename name of `cache`
-        out = lm.model.generate(
-            ids,
-            attention_mask=torch.ones(1, cache.get_seq_length() + n, dtype=torch.long),
-            position_ids=cache.position_ids(n),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            output_scores=True,
-            return_dict_in_generate=True,
-            **{name: cache},
-        )
-    return out.sequences[0, n:].tolist(), torch.log_softmax(out.scores[0][0].float(), dim=-1)
-
-
 @pytest.mark.parametrize("reindex", ["lazy", "eager"])
 @pytest.mark.parametrize("name", ["cache", "past_key_values"])
 def test_generate_on_the_cache_equals_the_session(lm, reindex, name):
@@ -60,7 +42,7 @@ def test_generate_on_the_cache_equals_the_session(lm, reindex, name):
     assert isinstance(cache, HermesCache) and cache.tokens_seen > 150  # compressed for real
     before = [(k.clone(), v.clone()) for k, v in cache.kv()]
     answer = session.ask(QUESTION, max_new_tokens=8)
-    tokens, logprobs = _generate(lm, cache, QUESTION, max_new_tokens=8, name=name)
+    tokens, logprobs = generate_on_cache(lm, cache, QUESTION, max_new_tokens=8, name=name)
     assert lm.decode([t for t in tokens if t not in lm.eos_token_ids]) == answer.text
     assert (logprobs - session.first_token_logprobs(QUESTION)).abs().max().item() < 1e-5
     for (k0, v0), (k1, v1) in zip(before, cache.kv(), strict=True):
