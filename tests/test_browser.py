@@ -32,6 +32,17 @@ TIMEOUT_MS = 90_000
 pytestmark = pytest.mark.browser
 
 
+def _open(browser, url: str, viewport: dict):
+    """A new page on the app, and the list that collects its console errors."""
+    page = browser.new_page(viewport=viewport)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    return page, errors
+
+
 def set_slider(page, elem_id: str, value: str, tries: int = 5) -> None:
     """Type `value` into a Gradio slider's number box until the slider holds it.
 
@@ -75,12 +86,7 @@ def url(llava_lm):
 
 
 def test_stream_ask_and_watch_the_memory(browser, url, tmp_path):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
+    page, errors = _open(browser, url, viewport={"width": 1400, "height": 1000})
     assert "Random weights" in page.inner_text(".banner")
 
     page.get_by_label("max", exact=True).check()
@@ -115,12 +121,7 @@ def test_stream_ask_and_watch_the_memory(browser, url, tmp_path):
 
 
 def test_watch_for_box_alerts_in_the_chat_and_plots_p_yes(browser, url, tmp_path):
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
+    page, errors = _open(browser, url, viewport={"width": 1400, "height": 1200})
 
     page.click("#watch")  # an empty standing question: a clear message, nothing added
     page.get_by_text("The standing question is empty").first.wait_for()
