@@ -238,7 +238,7 @@ def test_questions_of_several_streams_are_answered_in_one_batch(worker, llava_lm
         assert worker.wait_idle(timeout=30) and worker.largest_batch == 3 and worker.errors == 0
         for i, (s, events) in enumerate(zip(streams, answers, strict=True)):
             assert all(e.error is None for e in events) and len(events) >= 2
-            alone = s._sessions["hermes"].ask(f"What is in stream {i}?", max_new_tokens=10)
+            alone = s._memories.sessions["hermes"].ask(f"What is in stream {i}?", max_new_tokens=10)
             assert (events[-1].text, events[-1].tokens) == (alone.text, alone.tokens)
             assert s.view().answers[-1].text == alone.text
     finally:
@@ -251,7 +251,7 @@ def test_a_question_joins_an_answer_being_decoded(worker, llava_lm, clips):
     try:
         streamed(a, clips["short"])
         streamed(b, clips["short"])
-        with hold_answers(a._sessions["hermes"]) as (first, gate):
+        with hold_answers(a._memories.sessions["hermes"]) as (first, gate):
             ticket_a = a.ask("What colour is the square?", max_new_tokens=12)
             assert first.wait(10)
             ticket_b = b.ask("And the background?", max_new_tokens=4)
@@ -260,8 +260,8 @@ def test_a_question_joins_an_answer_being_decoded(worker, llava_lm, clips):
             events_a, events_b = list(ticket_a.events()), list(ticket_b.events())
         assert worker.largest_batch == 2  # b joined a's batch; it did not wait for a's 12 tokens
         assert events_a[-1].tokens == 12 and events_b[-1].tokens == 4
-        assert events_a[-1].text == a._sessions["hermes"].ask("What colour is the square?", 12).text
-        assert events_b[-1].text == b._sessions["hermes"].ask("And the background?", 4).text
+        assert events_a[-1].text == a._memories.sessions["hermes"].ask("What colour is the square?", 12).text
+        assert events_b[-1].text == b._memories.sessions["hermes"].ask("And the background?", 4).text
     finally:
         a.close()
         b.close()
@@ -332,7 +332,7 @@ def test_reset_applies_settings_and_fails_pending_questions(worker, stream, clip
     assert worker.wait_idle(timeout=10)
     view = stream.view()
     assert view.frames_seen == 0 and list(view.snapshots) == ["fifo"] and view.snapshots["fifo"].budget == 500
-    assert stream.chat_messages() == []
+    assert stream.chat.messages() == []
 
 
 def fail_ingest_of(monkeypatch, victim: LiveStream, exc: BaseException) -> None:
@@ -340,7 +340,7 @@ def fail_ingest_of(monkeypatch, victim: LiveStream, exc: BaseException) -> None:
     real = StreamingSession.ingest
 
     def ingest(session, chunk):
-        if session in victim._sessions.values():
+        if session in victim._memories.sessions.values():
             raise exc
         return real(session, chunk)
 
@@ -421,7 +421,7 @@ def test_a_failing_answer_reports_an_error_and_the_stream_goes_on(stream, llava_
 
 def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
     streamed(stream, clips["short"])
-    with hold_answers(stream._sessions["hermes"]) as (first, gate):
+    with hold_answers(stream._memories.sessions["hermes"]) as (first, gate):
         ticket = stream.ask("What colour is the square?", max_new_tokens=50)
         events = ticket.events()
         assert next(events).text and first.wait(10)
@@ -430,9 +430,9 @@ def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
         rest = list(events)
     assert len(rest) == 1 and rest[0].interrupted and rest[0].done and rest[0].error is None
     assert stream.worker.wait_idle(stream.key, 10) and stream.worker.errors == 0
-    assert stream.view().answers == () and stream.chat_messages() == []
+    assert stream.view().answers == () and stream.chat.messages() == []
     # A chat write of the old answer lands nowhere after the reset.
-    assert stream.add_message({"role": "assistant", "content": "late"}, ticket.generation) == -1
+    assert stream.chat.add({"role": "assistant", "content": "late"}, ticket.generation) == -1
     streamed(stream, clips["short"])  # and the session starts again
     assert list(stream.ask("Again?", max_new_tokens=2).events())[-1].done
 
@@ -440,7 +440,7 @@ def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
 def test_stop_in_the_middle_of_an_answer_lets_it_finish(stream, clips):
     stream.start_file(clips["short"], speed="1x")
     assert wait_for(lambda: stream.view().frames_seen > 0, 30)
-    with hold_answers(stream._sessions["hermes"]) as (first, gate):
+    with hold_answers(stream._memories.sessions["hermes"]) as (first, gate):
         ticket = stream.ask("What colour is the square?", max_new_tokens=8)
         assert first.wait(10)
         stream.stop()
@@ -507,8 +507,8 @@ def test_registry_isolates_sessions_admits_and_frees(llava_lm, clips):
         a.start_file(clips["short"], speed="1x")  # still running for a while
         with pytest.raises(Busy, match="Try again"):
             b.start_file(clips["short"])
-        a.add_message({"role": "user", "content": "mine"})
-        assert b.chat_messages() == [] and b.view().frames_seen == 0
+        a.chat.add({"role": "user", "content": "mine"})
+        assert b.chat.messages() == [] and b.view().frames_seen == 0
         assert registry.close("a") and a.closed and len(registry) == 1
         assert registry.worker.wait_idle("a", 10)
         streamed(b, clips["short"])  # a's slot is free again
@@ -610,7 +610,7 @@ def test_closing_a_tab_mid_stream_frees_its_memory_and_reader(llava_lm, clips):
         stream = registry.get("tab")
         stream.start_file(clips["short"], speed="1x")  # 8 s of video: still streaming below
         assert wait_for(lambda: stream.view().frames_seen > 0, 30)
-        reader, memory = stream._feed.thread, weakref.ref(stream._sessions["hermes"].memory)
+        reader, memory = stream._feed.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
         assert reader.is_alive() and registry.reserved_bytes() > 0 and stream.status().state == "streaming"
         assert registry.close("tab")
         assert not reader.is_alive() and stream.status().state == "closed"

@@ -22,6 +22,7 @@ from hermes.serving import (
     QuestionError,
     StreamRegistry,
     StreamSettings,
+    StreamState,
     StreamStatus,
     VideoError,
     WatchError,
@@ -120,7 +121,7 @@ def status_text(stream: LiveStream) -> str:
     head = f"**{status.state.capitalize()}**"
     if status.source:
         head += f" · {status.source}" + (f" · {status.speed}" if status.source != "webcam" else "")
-    if status.state in ("idle", "starting") and not status.source:
+    if status.state in (StreamState.IDLE, StreamState.STARTING) and not status.source:
         head += " · pick a source and press Start"
     parts = [f"{status.frames_read} frames read", f"{view.frames_seen} seen by the model ({view.stream_time_s:.0f} s)"]
     if status.queued_chunks:
@@ -229,11 +230,11 @@ class Callbacks:
     def pause(self, request: gr.Request) -> tuple[str, str]:
         """Pause a running stream, or resume a paused one; returns the status and the button label."""
         stream = self._stream(request)
-        if stream.status().state == "paused":
+        if stream.status().state is StreamState.PAUSED:
             stream.resume()
         else:
             stream.pause()
-        label = "Resume" if stream.status().state == "paused" else "Pause"
+        label = "Resume" if stream.status().state is StreamState.PAUSED else "Pause"
         return status_text(stream), label
 
     def stop(self, request: gr.Request) -> str:
@@ -270,27 +271,27 @@ class Callbacks:
             if (question or "").strip():
                 shown = question.strip()
                 shown = shown if len(shown) <= 300 else shown[:300] + f"… ({len(shown):,} characters)"
-                stream.add_message({"role": "user", "content": shown})
-                stream.add_message(error_message(str(exc)))
-            yield stream.chat_messages(), gr.skip()
+                stream.chat.add({"role": "user", "content": shown})
+                stream.chat.add(error_message(str(exc)))
+            yield stream.chat.messages(), gr.skip()
             return
         # Chat writes carry the ticket's generation: after a Reset they land nowhere.
         gen = ticket.generation
-        stream.add_message({"role": "user", "content": ticket.question}, gen)
-        yield stream.chat_messages(), ""
+        stream.chat.add({"role": "user", "content": ticket.question}, gen)
+        yield stream.chat.messages(), ""
         compare = len(stream.view().settings.policies) > 1
         slots: dict[str, int] = {}
         for event in ticket.events():
             if event.error:
-                stream.add_message(error_message(event.error), gen)
+                stream.chat.add(error_message(event.error), gen)
                 gr.Warning(event.error)
             else:
                 message = answer_message(event, compare)
                 if event.policy not in slots:
-                    slots[event.policy] = stream.add_message(message, gen)
+                    slots[event.policy] = stream.chat.add(message, gen)
                 else:
-                    stream.set_message(slots[event.policy], message, gen)
-            yield stream.chat_messages(), gr.skip()
+                    stream.chat.set(slots[event.policy], message, gen)
+            yield stream.chat.messages(), gr.skip()
 
     # -- standing questions ---------------------------------------------------------------------
     def watch(self, question: str, request: gr.Request) -> tuple[gr.Dropdown, str]:
@@ -323,11 +324,11 @@ class Callbacks:
         for notice in stream.pop_notices():
             gr.Warning(notice)
         view = stream.view()
-        alerts = stream.pop_alerts()
+        alerts = stream.watchlist.pop_alerts()
         compare = len(view.settings.policies) > 1
         for alert in alerts:
-            stream.add_message(alert_message(alert, compare))
-        chat = stream.chat_messages() if alerts else gr.skip()
+            stream.chat.add(alert_message(alert, compare))
+        chat = stream.chat.messages() if alerts else gr.skip()
         status = status_text(stream)
         version, sent_status = self._sent.get(stream, (-1, ""))
         self._sent[stream] = (view.version, status)

@@ -129,6 +129,7 @@ class StreamingSession:
         self.frames_seen = 0
         self.stream_time_s = 0.0
         self.chunks: list[ChunkReport] = []
+        self.last_chunk: ChunkReport | None = None
         self.answers: list[AnswerUpdate] = []
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
@@ -191,6 +192,7 @@ class StreamingSession:
         if len(self.standing):
             out.watches, out.alerts = self.check_standing()
         self.chunks.append(out)
+        self.last_chunk = out
         return out
 
     def check_standing(self) -> tuple[list[WatchCheck], list[AnswerUpdate]]:

@@ -165,13 +165,10 @@ class StandingQuestions:
         return q
 
     def set_questions(self, questions: Sequence[str]) -> None:
-        """Watch exactly `questions`: those already watched keep their state, the others start fresh."""
-        for q in self.questions:
-            if q not in questions:
-                del self._above[q]
-        for q in questions:
-            if q not in self._above:
-                self.add(q)
+        """Watch exactly `questions`, a list its owner has checked question by question (as a live
+        stream checks its viewer's with `validate_standing`): those already watched keep their
+        state, the others start fresh, in the list's order."""
+        self._above = {q: self._above.get(q, False) for q in questions}
 
     def set_threshold(self, threshold: float) -> None:
         self.threshold = check_threshold(threshold)

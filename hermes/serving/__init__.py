@@ -15,6 +15,7 @@ from hermes.serving.live import LiveStream
 from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.settings import COMPARE_POLICIES, POLICIES, SPEEDS, StreamSettings, layer_tiers
+from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
 
@@ -38,6 +39,7 @@ __all__ = [
     "QuestionError",
     "StreamRegistry",
     "StreamSettings",
+    "StreamState",
     "StreamStatus",
     "Tier",
     "VideoError",

@@ -19,7 +19,7 @@ from hermes.engine.batch import BatchDecoder, BatchRow
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.models.base import VideoLM
 from hermes.serving.admission import GPU_MARGIN_FRACTION, GPU_MARGIN_MIN_MB, MB
-from hermes.serving.worker import Job, is_out_of_memory
+from hermes.serving.worker import Job, JobCancelled, is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
 
@@ -79,6 +79,15 @@ class AnswerTicket:
     def close(self) -> None:
         self._queue.put(None)
 
+    def fail_job(self, exc: BaseException) -> None:
+        """The question's job did not run: dropped before its turn (a reset), or its batch failed
+        (the worker logs it and frees memory)."""
+        if isinstance(exc, JobCancelled):
+            self.fail("The stream was reset before this question's turn: ask again.")
+        else:
+            self.fail(job_error_message(exc, "while answering"))
+        self.close()
+
     def events(self, timeout: float = ANSWER_TIMEOUT_S) -> Iterator[AnswerEvent]:
         """Yield the answer's updates until it is complete (or failed)."""
         while True:
@@ -118,6 +127,38 @@ class AnswerRequest:
     emit: Callable[[str, AnswerUpdate], bool]
     finish: Callable[[], None]
     max_new_tokens: int = MAX_NEW_TOKENS
+
+    @classmethod
+    def for_ticket(
+        cls,
+        ticket: AnswerTicket,
+        sessions: dict[str, StreamingSession],
+        max_new_tokens: int,
+        still_current: Callable[[], bool],
+        on_done: Callable[[list[AnswerEvent]], None],
+    ) -> AnswerRequest:
+        """The request that streams each update to `ticket` as an `AnswerEvent`, stops (marked
+        interrupted) once `still_current()` is False, and hands the finished answers to `on_done`."""
+        wait_ms = (time.monotonic() - ticket.enqueued_at) * 1000.0
+        records: list[AnswerEvent] = []
+
+        def emit(policy: str, update: AnswerUpdate) -> bool:
+            event = AnswerEvent.from_update(policy, update, wait_ms)
+            if not still_current():  # reset or closed while decoding: stop here
+                event.done = event.interrupted = True
+                ticket.put(event)
+                return False
+            ticket.put(event)
+            if update.done:
+                records.append(event)
+            return True
+
+        def finish() -> None:
+            ticket.close()
+            if records:
+                on_done(records)
+
+        return cls(ticket.question, sessions, emit, finish, max_new_tokens)
 
 
 def batch_memory_cap(device: torch.device) -> int | None:

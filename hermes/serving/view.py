@@ -7,6 +7,7 @@ build the next one. No Gradio and no model here.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,14 +16,18 @@ from PIL import Image
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import MemoryReading
 from hermes.engine.session import ChunkReport
+from hermes.engine.watch import MAX_STANDING
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.serving.answers import AnswerEvent
 from hermes.serving.settings import StreamSettings
+from hermes.serving.sources import Source, WebcamSource
+from hermes.serving.state import Lifecycle, StreamState
 
 THUMB_SIDE = 360
 HISTORY_LIMIT = 2000
 ANSWER_LIMIT = 500
-WATCH_LIMIT = 4 * HISTORY_LIMIT  # checks kept for the plot: four standing questions per chunk
+WEBCAM_ACTIVE_S = 3.0  # a webcam silent for longer is shown as waited for
+WATCH_LIMIT = MAX_STANDING * HISTORY_LIMIT  # checks kept for the plot: every standing question per chunk
 
 # Per layer: (stream ids, guidance weights) over the layer's video slots, or None where not probed.
 AttentionLayers = tuple[tuple[np.ndarray, np.ndarray] | None, ...]
@@ -156,7 +161,7 @@ class LiveView:
 class StreamStatus:
     """What the stream is doing right now (cheap to read on every UI tick)."""
 
-    state: str  # idle | starting | streaming | paused | finishing | finished | stopped | error | closed
+    state: StreamState
     source: str | None
     speed: str
     frames_read: int
@@ -166,6 +171,29 @@ class StreamStatus:
     note: str | None = None  # why the stream stopped by itself, when it was not an error
     # Where in the video a viewer would be now, at the source's pace (None: unpaced or not started).
     position_s: float | None = None
+
+
+def stream_status(life: Lifecycle, feed: Source | None, source: str | None, speed: str, queued: int) -> StreamStatus:
+    """The status of a stream in `life`, fed by `feed` (named `source`), with `queued` chunks on
+    their way: a webcam that sent nothing for WEBCAM_ACTIVE_S is waited for, and a source that
+    ended with chunks still queued is finishing."""
+    state = life.state
+    if state is StreamState.STREAMING and isinstance(feed, WebcamSource):
+        if time.monotonic() - feed.last_frame_at > WEBCAM_ACTIVE_S:
+            state = StreamState.WAITING
+    elif state in (StreamState.FINISHED, StreamState.STOPPED) and queued:
+        state = StreamState.FINISHING
+    return StreamStatus(
+        state=state,
+        source=source,
+        speed=speed,
+        frames_read=feed.frames_read if feed is not None else 0,
+        queued_chunks=queued,
+        dropped_frames=feed.dropped_frames if feed is not None else 0,
+        error=life.error,
+        note=life.note,
+        position_s=feed.position_s() if feed is not None and state is StreamState.STREAMING else None,
+    )
 
 
 def watch_records(reports: dict[str, ChunkReport], frame: np.ndarray) -> tuple[list[WatchPoint], list[Alert]]:

@@ -1,0 +1,166 @@
+"""The model thread's side of a live stream: its memories, one `StreamingSession` per policy.
+
+Every method here runs on the one model thread (hermes.serving.worker), as a job a `LiveStream`
+(hermes.serving.live) submitted, so the sessions are never locked. The memories are built for one
+generation of the stream (a reset starts the next), take its chunks, hold the standing questions
+as each session checks them, stop a `full` cache at the bound admission control reserved for it,
+and answer questions through the shared answer batch. What a job produces goes back to the stream
+through the narrow `StreamSide`: a new view to publish, alerts, or a reason to halt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from hermes.engine.chunk import Chunk
+from hermes.engine.metrics import memory_reading
+from hermes.engine.session import QuestionError, StreamingSession
+from hermes.memory.snapshot import MemorySnapshot
+from hermes.models.base import VideoLM
+from hermes.serving.admission import full_slot_limit, policy_cache_bytes
+from hermes.serving.answers import AnswerEvent, AnswerRequest, AnswerTicket
+from hermes.serving.settings import StreamSettings
+from hermes.serving.state import Lifecycle, StreamState
+from hermes.serving.view import LiveView, StreamStatus
+
+
+class StreamSide(Protocol):
+    """What the model thread's jobs need of the stream they serve."""
+
+    life: Lifecycle
+    settings: StreamSettings
+
+    def status(self) -> StreamStatus: ...
+
+    def publish(self, generation: int, make: Callable[[LiveView], LiveView]) -> LiveView | None:
+        """Publish `make(current view)` unless the stream moved past `generation`; the view or None."""
+
+    def halt(self, generation: int, state: StreamState, message: str, *, error: bool) -> None:
+        """Stop the stream's source by itself, saying why."""
+
+
+class StreamMemories:
+    """One stream's memories over the shared model; touched by the model thread only."""
+
+    def __init__(self, lm: VideoLM, stream: StreamSide) -> None:
+        self.lm = lm
+        self.stream = stream
+        self.sessions: dict[str, StreamingSession] = {}
+        self.generation = -1  # the stream generation the memories were built for
+        self._full_limit: int | None = None  # slots per layer at which a full cache stops
+
+    # -- jobs --------------------------------------------------------------------------------
+    def build(self, generation: int, settings: StreamSettings, watching: Callable[[], Sequence[str]]) -> None:
+        """Fresh memories of `generation` for `settings`, watching the viewer's standing questions."""
+        life = self.stream.life
+        if not life.current(generation):
+            return
+        config = settings.config()
+        self.sessions = {}  # free the old memories before building the new ones
+        self.sessions = {p: StreamingSession(self.lm, config, policy=p) for p in settings.policies}
+        for session in self.sessions.values():
+            session.standing.set_threshold(settings.watch_threshold)
+        self.set_watching(watching())
+        self._full_limit = full_slot_limit(self.lm, config) if "full" in self.sessions else None
+        self.generation = generation
+        budget_bytes = {p: policy_cache_bytes(self.lm, config, p) for p in settings.policies}
+        life.ready(generation)
+        self.stream.publish(generation, lambda view: view.next(snapshots=self.snapshots(), budget_bytes=budget_bytes))
+
+    def ingest(self, generation: int, chunk: Chunk) -> list:
+        """Every memory takes `chunk`, unless it is of an older generation, the memories failed, or
+        a full cache is at its bound; the alerts that fired."""
+        life = self.stream.life
+        if not life.current(generation) or life.memory_failed or not self.takes(generation):
+            return []
+        reports = {p: s.ingest(chunk) for p, s in self.sessions.items()}
+        wall_s = time.monotonic() - life.started
+        reading = memory_reading(self.lm.device)
+        snapshots = self.snapshots()
+        view = self.stream.publish(
+            generation,
+            lambda view: view.with_chunk(chunk, reports, snapshots, self.lm.frame_multiple, wall_s, reading),
+        )
+        fired = sum(len(r.alerts) for r in reports.values())
+        if self.at_full_limit():
+            self.stream.halt(generation, StreamState.STOPPED, self.full_note(), error=False)
+        return list(view.alerts[-fired:]) if view is not None and fired else []
+
+    def answer(self, generation: int, ticket: AnswerTicket, max_new_tokens: int) -> AnswerRequest | None:
+        """The question as a request to the answer batch; None (the reason on the ticket) when there
+        is nothing to answer from."""
+        life = self.stream.life
+        try:
+            if not life.current(generation):
+                raise QuestionError("The stream was reset before this question's turn: ask again.")
+            if life.memory_failed:
+                raise QuestionError(f"{life.error} (No answers from a memory that failed mid-update.)")
+            if not self.holds(generation) or not any(s.frames_seen for s in self.sessions.values()):
+                raise QuestionError(self._no_video_message())
+        except QuestionError as exc:
+            ticket.fail(str(exc))
+            ticket.close()
+            return None
+
+        def done(records: list[AnswerEvent]) -> None:
+            self.stream.publish(generation, lambda view: view.with_answers(records))
+
+        sessions = dict(self.sessions)
+        return AnswerRequest.for_ticket(ticket, sessions, max_new_tokens, lambda: life.current(generation), done)
+
+    def watch(self, generation: int, questions: Callable[[], Sequence[str]]) -> None:
+        """Every memory of `generation` watches the viewer's standing questions as they are now (a
+        reset since hands them over in its build)."""
+        if self.holds(generation):
+            self.set_watching(questions())
+
+    def drop(self) -> None:
+        """Free the memories (the stream was closed)."""
+        self.sessions = {}
+        self.generation = -1
+
+    # -- reading -----------------------------------------------------------------------------
+    def holds(self, generation: int) -> bool:
+        """Whether these are the memories of stream generation `generation`."""
+        return generation == self.generation
+
+    def takes(self, generation: int) -> bool:
+        """Whether a chunk of `generation` goes in: the memories are its, and not full."""
+        return self.holds(generation) and not self.at_full_limit()
+
+    def snapshots(self) -> dict[str, MemorySnapshot]:
+        return {p: s.snapshot() for p, s in self.sessions.items()}
+
+    def set_watching(self, questions: Sequence[str]) -> None:
+        """Every memory watches exactly `questions` (already checked by the viewer's list)."""
+        for session in self.sessions.values():
+            session.standing.set_questions(questions)
+
+    def _no_video_message(self) -> str:
+        """Why a question finds nothing to answer from yet."""
+        status = self.stream.status()
+        if status.state.runs or status.queued_chunks:
+            s = self.stream.settings
+            return (
+                f"The first chunk has not reached the model yet (it holds {s.chunk_frames} frames at {s.fps:g} fps, "
+                f"about {s.chunk_frames / s.fps:.0f} s of video): ask again in a moment."
+            )
+        return "No video yet: start the sample clip, upload a video or turn on the webcam, then ask."
+
+    def at_full_limit(self) -> bool:
+        """Whether a full cache cannot take another chunk like the last one."""
+        session = self.sessions.get("full")
+        if session is None or self._full_limit is None or session.last_chunk is None:
+            return False
+        return session.memory.slots + session.last_chunk.tokens > self._full_limit
+
+    def full_note(self) -> str:
+        """Why a full stream stopped at its bound, for the viewer."""
+        mb = self.sessions["full"].memory.cache_bytes() / 2**20
+        return (
+            f"The full cache reached its bound ({self._full_limit:,} video tokens per layer, {mb:.1f} MB: the "
+            "positions the model has left), so the stream stopped here. Questions still work; pick hermes or "
+            "fifo, whose memory stays fixed, to stream further."
+        )
