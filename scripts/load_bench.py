@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frame-size", type=int, default=384, help="square frame side in pixels (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="tokens per answer (the app's)")
     p.add_argument("--repeats", type=int, default=3, help="times each N is measured each way (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads on a CPU (default 1; 0: torch's choice)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads on a CPU (default 0: torch's own, as the app)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: the GPU if there is one)")
     p.add_argument("--json", default=None, help="also write the numbers to this file")
     args = p.parse_args(argv)
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--sessions, --repeats, --chunks and --max-new-tokens must be at least 1")
 
     lm = load_bench_model(args.model, args.device)
-    set_threads(args.threads, lm.device)
+    set_threads(args.threads)
     config = HermesConfig(budget=args.budget, chunk_frames=args.chunk_frames, fps=lm.default_fps)
     started = time.monotonic()
     sessions = stream_sessions(lm, counts[-1], config, args.chunks, args.frame_size)

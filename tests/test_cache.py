@@ -65,7 +65,8 @@ class Stream:
         self.memory.commit(meta)
         if not do_compress:
             return None, None
-        att = self.attention() if self.policy.needs_guidance(self.memory.tiers) else None
+        probed = any(self.policy.guidance(t) is not None for t in self.memory.tiers.tiers)
+        att = self.attention() if probed else None
         expected = None
         if self.policy.capacity is not None and self.memory.slots > self.policy.capacity:
             expected = self.expected_scores(att)

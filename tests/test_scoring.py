@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from hermes.memory.scoring import guidance_attention, layer_score, minmax, omega, recency
+from hermes.memory.scoring import layer_score, minmax, omega, recency
 from hermes.memory.smoothing import smooth
 from hermes.memory.tiers import Tier, TierMap
 
@@ -55,7 +55,7 @@ def test_attention_score_and_tier_blend():
     probs = torch.zeros(2, 3, 5)
     probs[0, :, 1] = 1.0
     probs[1, :, 3] = 1.0
-    w = guidance_attention(probs)
+    w = probs.mean(dim=(0, 1))  # W of eq. 2: averaged over heads and guidance tokens
     assert w.tolist() == pytest.approx([0, 0.5, 0, 0.5, 0])
     r = recency(5, 20.0)
     assert torch.equal(layer_score(0, tiers, r, None), r)

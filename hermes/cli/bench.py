@@ -126,7 +126,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         full_max_frames=args.full_max_frames or None,
     )
     lm = load_bench_model(args.model, allow_cpu_7b=args.allow_cpu_7b, **model_options(args))
-    set_threads(args.threads, lm.device)
+    set_threads(args.threads)
     settings.config = config_from_args(args, lm.default_fps)
     if args.full_max_frames is None and lm.device.type == "cpu":
         settings.full_max_frames = CPU_FULL_MAX_FRAMES

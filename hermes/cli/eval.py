@@ -81,7 +81,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if shard.sharded and placement["device"] is None and placement["device_map"] is None:
         placement["device"] = shard.local_device()  # one GPU per process, when there are GPUs
     lm = load_video_lm(args.model, **placement)
-    set_threads(args.threads, lm.device)
+    set_threads(args.threads)
     config = config_from_args(args, lm.default_fps, default_reindex=spec.reindex)
     if lm.random_weights:
         print("note: random weights: answers are noise, accuracy is chance level", file=sys.stderr)

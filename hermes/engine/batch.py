@@ -21,7 +21,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from hermes.engine.metrics import now_ms
-from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession, top_logprobs
+from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.memory.buffer import BufferLayer
 from hermes.models.base import VideoLM
 
@@ -304,17 +304,8 @@ class BatchDecoder:
             if row.update is None:  # the first token, as StreamingSession.ask_stream reads it
                 logp = torch.log_softmax(logits[i].float(), dim=-1)
                 token = int(logp.argmax())
-                session = row.session
                 row.logprobs, row.first_ms = logp, now
-                row.update = AnswerUpdate(
-                    question=row.question,
-                    text="",
-                    ttft_ms=now - row.started_ms,
-                    top_logprobs=top_logprobs(self.lm, logp),
-                    frames_seen=session.frames_seen,
-                    frames_in_memory=session.frames_in_memory(),
-                    at_s=session.stream_time_s,
-                )
+                row.update = row.session.first_update(row.question, logp, now - row.started_ms)
             if token in eos or row.tokens >= row.max_new_tokens:
                 finished.add(row)
                 continue
@@ -332,9 +323,7 @@ class BatchDecoder:
 
     def _finish(self, row: BatchRow) -> AnswerUpdate:
         """The last update of a finished row, recorded on its session as `ask_stream` records it."""
-        update = replace(row.update, done=True, tokens=row.tokens)
-        t_end = now_ms(self.lm.device)
-        update.tpot_ms = (t_end - row.first_ms) / (row.tokens - 1) if row.tokens > 1 else None
+        update = row.update.finished(row.tokens, row.first_ms, now_ms(self.lm.device))
         row.session.record_answer(update)
         return replace(update)
 

@@ -91,6 +91,12 @@ class AnswerUpdate:
     frames_in_memory: int = 0
     at_s: float = 0.0
 
+    def finished(self, tokens: int, first_ms: float, end_ms: float) -> AnswerUpdate:
+        """The last update of an answer of `tokens` tokens: done, with the time per output token
+        from the first token (at `first_ms`) to the end (at `end_ms`)."""
+        tpot = (end_ms - first_ms) / (tokens - 1) if tokens > 1 else None
+        return replace(self, done=True, tokens=tokens, tpot_ms=tpot)
+
 
 def top_logprobs(lm: VideoLM, logp: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
     """The `k` most likely tokens of log-probabilities `logp` (vocab,), as (text, log-probability)."""
@@ -256,18 +262,9 @@ class StreamingSession:
         t0 = now_ms(device)
         with self.memory.scratch():
             logp, pos = self._read_question(q)
-            top5 = top_logprobs(self.lm, logp)
             token = int(logp.argmax())
             t_first = now_ms(device)
-            update = AnswerUpdate(
-                question=q,
-                text="",
-                ttft_ms=t_first - t0,
-                top_logprobs=top5,
-                frames_seen=self.frames_seen,
-                frames_in_memory=self.frames_in_memory(),
-                at_s=self.stream_time_s,
-            )
+            update = self.first_update(q, logp, t_first - t0)
             generated: list[int] = []
             eos = self.lm.eos_token_ids
             while token not in eos and len(generated) < max_new_tokens:
@@ -279,13 +276,23 @@ class StreamingSession:
                 logits = self.lm.forward(self.memory, torch.tensor([[token]], device=device), torch.tensor([[pos]]))
                 pos += 1
                 token = int(logits[0, -1].argmax())
-        t_end = now_ms(device)
-        update.done = True
-        update.tokens = len(generated)
-        update.tpot_ms = (t_end - t_first) / (len(generated) - 1) if len(generated) > 1 else None
+        update = update.finished(len(generated), t_first, now_ms(device))
         if remember:
             self.record_answer(update)
         yield replace(update)
+
+    def first_update(self, question: str, logp: torch.Tensor, ttft_ms: float) -> AnswerUpdate:
+        """The update an answer starts with, once its first token is read from `logp` (vocab,):
+        the most likely first tokens, and what the memory has seen and keeps."""
+        return AnswerUpdate(
+            question=question,
+            text="",
+            ttft_ms=ttft_ms,
+            top_logprobs=top_logprobs(self.lm, logp),
+            frames_seen=self.frames_seen,
+            frames_in_memory=self.frames_in_memory(),
+            at_s=self.stream_time_s,
+        )
 
     def record_answer(self, update: AnswerUpdate) -> None:
         """Keep a finished answer (from `ask_stream` or a batch): it joins `answers`, and it and its

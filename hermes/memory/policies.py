@@ -62,9 +62,9 @@ class TieredScorer:
     """HERMES: recency in sensory layers, guidance attention in long-term layers, a blend in
     working layers, whose recency weight omega^l falls with depth."""
 
-    recency_k: float = 20.0
-    omega0: float = 0.75
-    gamma: float = 0.6
+    recency_k: float = HermesConfig.recency_k
+    omega0: float = HermesConfig.omega0
+    gamma: float = HermesConfig.gamma
 
     def guidance(self, tier: Tier) -> Guidance | None:
         # Long-term layers read the global prompt (the story so far); working layers the hybrid
@@ -97,10 +97,6 @@ class MemoryPolicy:
 
     def guidance(self, tier: Tier) -> Guidance | None:
         return None if self.scorer is None else self.scorer.guidance(tier)
-
-    def needs_guidance(self, tiers: TierMap) -> bool:
-        """Whether any layer needs the guidance pass."""
-        return any(self.guidance(t) is not None for t in tiers.tiers)
 
 
 def hermes_policy(config: HermesConfig) -> MemoryPolicy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from hermes.memory.config import HermesConfig
 from hermes.memory.tiers import Tier, TierMap
 
 
@@ -23,21 +24,15 @@ def minmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def recency(num_slots: int, k: float) -> torch.Tensor:
-    """Eq. 1, R_i = exp(-k d_i), d_i = (T-1-i)/(T-1): 1 for the newest slot, e^-k for the oldest."""
+    """Eq. 1, R_i = exp(-k d_i) with d_i = (T-1-i)/(T-1), min-max normalised (alpha): 1 for the newest
+    slot, 0 for the oldest (e^-k before the normalisation)."""
     if num_slots == 1:
         return torch.ones(1)
     d = (num_slots - 1 - torch.arange(num_slots, dtype=torch.float32)) / (num_slots - 1)
     return minmax(torch.exp(-k * d))
 
 
-def guidance_attention(probs: torch.Tensor) -> torch.Tensor:
-    """W_i of eq. 2: attention probabilities (heads, queries, keys) averaged over heads and queries."""
-    if probs.dim() != 3:
-        raise ValueError(f"expected attention of shape (heads, queries, keys), got {tuple(probs.shape)}")
-    return probs.float().mean(dim=(0, 1))
-
-
-def omega(layer: int, tiers: TierMap, omega0: float = 0.75, gamma: float = 0.6) -> float:
+def omega(layer: int, tiers: TierMap, omega0: float = HermesConfig.omega0, gamma: float = HermesConfig.gamma) -> float:
     """Recency weight of a middle layer, falling linearly from omega0 at l_s towards l_d."""
     l_s, l_d = tiers.first_middle, tiers.first_deep
     return omega0 - gamma * (layer - l_s) / (l_d - l_s)
@@ -48,8 +43,8 @@ def layer_score(
     tiers: TierMap,
     recency_scores: torch.Tensor,
     attention: torch.Tensor | None,
-    omega0: float = 0.75,
-    gamma: float = 0.6,
+    omega0: float = HermesConfig.omega0,
+    gamma: float = HermesConfig.gamma,
 ) -> torch.Tensor:
     """S^l for one layer's video slots, by the layer's tier.
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hermes.memory.config import Alignment
+from hermes.memory.config import Alignment, HermesConfig
 from hermes.memory.tiers import Tier, TierMap
 
 
@@ -52,8 +52,8 @@ def smooth(
 class CrossLayerSmoothing:
     """Smoothing with one strength per tier: (sensory, working, long-term)."""
 
-    strengths: tuple[float, float, float] = (0.1, 0.3, 0.4)
-    alignment: Alignment = "identity"
+    strengths: tuple[float, float, float] = HermesConfig.smoothing
+    alignment: Alignment = HermesConfig.alignment
 
     def __call__(
         self, scores: Sequence[torch.Tensor], token_ids: Sequence[torch.Tensor], tiers: TierMap

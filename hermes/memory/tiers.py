@@ -5,10 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from hermes.memory.config import HermesConfig
+from hermes.memory.config import HermesConfig
 
 
 class Tier(str, Enum):
@@ -31,7 +29,12 @@ class TierMap:
     tiers: tuple[Tier, ...]
 
     @classmethod
-    def partition(cls, num_layers: int, shallow_fraction: float = 0.1, deep_fraction: float = 0.3) -> TierMap:
+    def partition(
+        cls,
+        num_layers: int,
+        shallow_fraction: float = HermesConfig.shallow_fraction,
+        deep_fraction: float = HermesConfig.deep_fraction,
+    ) -> TierMap:
         """Split `num_layers` into 10% shallow / 60% middle / 30% deep, each tier non-empty."""
         if num_layers < 3:
             raise ValueError(f"HERMES needs at least 3 decoder layers (one per tier), got {num_layers}")

@@ -71,7 +71,8 @@ def _cache_argument(model: Any) -> str:
 class VideoLM(ABC):
     """A video LLM behind the narrow interface the streaming engine uses."""
 
-    arch: ClassVar[str]
+    arch: ClassVar[str]  # the transformers model_type
+    model_class: ClassVar[str]  # the transformers class that loads it
     default_fps: ClassVar[float] = 0.5
     # Frames per chunk must be a multiple of this (Qwen2.5-VL merges frame pairs).
     frame_multiple: ClassVar[int] = 1

@@ -16,6 +16,7 @@ class LlavaOnevision(VideoLM):
     """Each frame becomes 196 tokens at 384 px, and each chunk ends with one newline token."""
 
     arch: ClassVar[str] = "llava_onevision"
+    model_class: ClassVar[str] = "LlavaOnevisionForConditionalGeneration"
     default_fps: ClassVar[float] = 0.5  # the paper's sampling rate for this family
     video_close: ClassVar[str] = "\n"
 

@@ -17,10 +17,9 @@ from hermes.models.qwen2_5_vl import Qwen25VL
 from hermes.models.qwen3_vl import Qwen3VL
 
 DEFAULT_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
+# The one table of backbones: model_type -> adapter, and each adapter names its transformers class.
 ADAPTERS: dict[str, type[VideoLM]] = {cls.arch: cls for cls in (LlavaOnevision, Qwen25VL, Qwen3VL)}
-MODEL_CLASSES = (
-    "LlavaOnevisionForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration"
-)
+MODEL_CLASSES = ", ".join(cls.model_class for cls in ADAPTERS.values())
 # Aliases for tiny random-weight models of the real architectures: (arch, decoder layers).
 TINY_ALIASES: dict[str, tuple[str, int]] = {
     "tiny": ("llava_onevision", 4),
@@ -43,14 +42,11 @@ class ModelLoadError(RuntimeError):
     """A model could not be loaded; the message says why and what to do."""
 
 
-def pick_device(device: str | None = None) -> tuple[torch.device, torch.dtype]:
-    """GPU in bf16 (fp16 where bf16 is missing) when there is one, else CPU in fp32."""
+def pick_device(device: str | None = None) -> torch.device:
+    """`device`, or the GPU when there is one, else the CPU."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return dev, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return dev, torch.float32
+    return torch.device(device)
 
 
 def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
@@ -72,15 +68,13 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     """
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype is None:
-        return pick_device(str(device))[1]
-    if dtype != "auto":
+    if dtype is not None and dtype != "auto":
         if dtype not in DTYPES:
             raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPE_CHOICES)}")
         return DTYPES[dtype]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.type == "cpu" and cpu_has_bf16():
+    if dtype == "auto" and device.type == "cpu" and cpu_has_bf16():
         return torch.bfloat16
     return torch.float32
 
@@ -160,7 +154,7 @@ def load_video_lm(
             f"Model {name!r} is a {arch!r} model; HERMES Live supports {', '.join(ADAPTERS)} ({MODEL_CLASSES})."
         )
     # With a device map the layers land on the GPUs when there are any: pick the dtype for those.
-    dev = pick_device(device)[0] if device_map is None else pick_device(None)[0]
+    dev = pick_device(device if device_map is None else None)
     torch_dtype = resolve_dtype(dtype, dev)
     hf_logging.disable_progress_bar()  # per-shard bars are noise in a CLI transcript and in logs
     placement = {} if device_map is None else {"device_map": device_map}

@@ -15,6 +15,7 @@ class Qwen25VL(QwenVL):
     """Video tokens carry 3D positions; text after the video continues on all three axes."""
 
     arch: ClassVar[str] = "qwen2_5_vl"
+    model_class: ClassVar[str] = "Qwen2_5_VLForConditionalGeneration"
     name: ClassVar[str] = "Qwen2.5-VL"
     video_open: ClassVar[str] = "<|vision_start|>"
     video_close: ClassVar[str] = "<|vision_end|>"

@@ -23,6 +23,7 @@ class Qwen3VL(QwenVL):
     """
 
     arch: ClassVar[str] = "qwen3_vl"
+    model_class: ClassVar[str] = "Qwen3VLForConditionalGeneration"
     name: ClassVar[str] = "Qwen3-VL"
     # Every frame pair carries its own <|vision_start|> and <|vision_end|>, as Qwen3-VL's own
     # processing lays out a video: nothing wraps the video as a whole.

@@ -18,9 +18,7 @@ from transformers import AutoProcessor
 from transformers.utils import logging as hf_logging
 
 from hermes.models.base import VideoLM
-from hermes.models.llava_onevision import LlavaOnevision
-from hermes.models.loading import ModelLoadError, pick_device, resolve_dtype
-from hermes.models.qwen2_5_vl import Qwen25VL
+from hermes.models.loading import ADAPTERS, ModelLoadError, pick_device, resolve_dtype
 from hermes.models.tiny import ensure_tiny
 
 # Qwen2-7B, the language model of LLaVA-OneVision-7B.
@@ -146,9 +144,9 @@ def _processor(arch: str) -> Any:
 
 
 def _model_class(arch: str) -> type:
-    from transformers import LlavaOnevisionForConditionalGeneration, Qwen2_5_VLForConditionalGeneration
+    import transformers
 
-    return LlavaOnevisionForConditionalGeneration if arch == "llava_onevision" else Qwen2_5_VLForConditionalGeneration
+    return getattr(transformers, ADAPTERS[arch].model_class)
 
 
 def parameter_count(config: Any) -> int:
@@ -176,7 +174,7 @@ def load_random_7b(
     if name not in RANDOM_MODELS:
         raise ModelLoadError(f"unknown random-weight model {name!r}; choose one of {', '.join(RANDOM_MODELS)}")
     arch = RANDOM_MODELS[name]
-    dev, _ = pick_device(device)
+    dev = pick_device(device)
     processor = _processor(arch)
     config = random_config(name, processor.tokenizer, text, vision)
     billions = parameter_count(config) / 1e9
@@ -195,5 +193,4 @@ def load_random_7b(
             )
     except (RuntimeError, torch.OutOfMemoryError) as exc:
         raise ModelLoadError(f"Cannot build {name} on {dev}: {exc}") from exc
-    adapter = LlavaOnevision if arch == "llava_onevision" else Qwen25VL
-    return adapter(model, processor, source=name, random_weights=True)
+    return ADAPTERS[arch](model, processor, source=name, random_weights=True)

@@ -4,7 +4,11 @@ Once a stream's budget is reached, every layer of its cache holds the text prefi
 number of slots (|M| + 1 for hermes: the summary slot, or one extra video slot; |M| for fifo), so
 its size is known before the stream starts:
 
-    bytes = layers * (prefix + slots) * 2 (K and V) * kv_heads * head_dim * dtype bytes
+    bytes = (prefix + slots) * VideoLM.kv_bytes_per_token
+
+where a token takes, over all layers, its key and value and in 16-bit caches its origin key
+(`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * head_dim * dtype bytes,
+tensors = 3 in bf16 and fp16, 2 in fp32),
 
 summed over the stream's caches (two in compare mode). The `full` policy has no budget: the app
 bounds it by the positions the model has left after the question margin (what the engine can hold

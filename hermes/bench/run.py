@@ -1,4 +1,4 @@
-"""Efficiency benchmark: the paper's Table 3 and Figure 4, reproduced for any model.
+"""Running the efficiency benchmark: stream each policy and measure it at each frame count.
 
 One session per policy streams synthetic frames chunk by chunk; each time the stream passes one of
 the requested frame counts, a fixed set of questions is asked `repeats` times, and TTFT, TPOT, the
@@ -14,7 +14,6 @@ memory", before a chunk whose estimated cost would pass the memory cap.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import platform
 import re
@@ -52,14 +51,6 @@ QUESTIONS = (
     "Describe the person in the scene and what they are doing.",
 )
 OK, OOM, SKIPPED = "ok", "out of memory", "skipped"
-TARGETS = {
-    "ttft_ratio": 1.05,
-    "full_over_hermes": 10.0,
-    "compress_over_prefill": 0.05,
-}
-# Frames per second of wall time that prefill plus compression must keep up with, by device:
-# the 0.5B shapes on a 2-core CPU, the 7B ones on one GPU (both with the paper's 16-frame chunks).
-INGEST_TARGETS = {"cpu": 1.0, "cuda": 30.0}
 
 
 def load_bench_model(
@@ -170,9 +161,6 @@ class BenchResult:
 
     def point(self, policy: str, frames: int) -> Point | None:
         return next((p for p in self.points if p.policy == policy and p.frames == frames), None)
-
-    def to_dict(self) -> dict:
-        return {"meta": self.meta, "points": [p.summary() for p in self.points], "headline": headline(self)}
 
 
 def synthetic_chunk(rng: np.random.Generator, start: int, n: int, size: int, fps: float, index: int) -> Chunk:
@@ -371,220 +359,3 @@ def _tokens_per_frame(lm: VideoLM, settings: BenchSettings) -> float:
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (n, settings.frame_size, settings.frame_size, 3), dtype=np.uint8)
     return round(lm.chunk_inputs(frames, settings.config.fps).num_tokens / n, 2)
-
-
-# -- reporting ----------------------------------------------------------------------------------
-
-
-def _median(point: Point | None, key: str = "ttft_ms") -> float | None:
-    if point is None or point.status != OK:
-        return None
-    return spread(getattr(point, key))["median"]
-
-
-def headline(result: BenchResult) -> list[dict]:
-    """The efficiency targets of docs/design.md, as measured in this run (shown, not asserted): hermes
-    TTFT flat in the frames streamed, full over hermes TTFT, a constant cache past the budget, and
-    the compression cost per chunk against the prefill's."""
-    meta, frames = result.meta, sorted({p.frames for p in result.points})
-    out: list[dict] = []
-    lo, hi = frames[0], frames[-1]
-    a, b = _median(result.point("hermes", hi)), _median(result.point("hermes", lo))
-    if a is not None and b is not None and len(frames) > 1:
-        ratio = a / b
-        out.append(
-            {
-                "name": f"hermes TTFT at {hi} frames / at {lo} frames",
-                "value": ratio,
-                "text": f"{a:.2f} ms / {b:.2f} ms = {ratio:.3f}",
-                "target": f"<= {TARGETS['ttft_ratio']}",
-                "met": ratio <= TARGETS["ttft_ratio"],
-            }
-        )
-    past = [f for f in frames if f * meta["tokens_per_frame"] > meta["budget"]]
-    if len(past) > 1 and past[0] != lo:
-        a, b = _median(result.point("hermes", hi)), _median(result.point("hermes", past[0]))
-        if a is not None and b is not None:
-            ratio = a / b
-            out.append(
-                {
-                    "name": f"hermes TTFT at {hi} frames / at {past[0]} frames (both past the budget)",
-                    "value": ratio,
-                    "text": f"{a:.2f} ms / {b:.2f} ms = {ratio:.3f}",
-                    "target": f"<= {TARGETS['ttft_ratio']} (flat once the budget is full)",
-                    "met": ratio <= TARGETS["ttft_ratio"],
-                }
-            )
-    reached = [f for f in frames if _median(result.point("full", f)) is not None]
-    # The largest count full reached, and 512 (where the target is set) when that is a different one.
-    for at in sorted({reached[-1], 512} & set(reached)) if reached else []:
-        full, hermes = _median(result.point("full", at)), _median(result.point("hermes", at))
-        if hermes is None:
-            continue
-        ratio = full / hermes
-        largest = " (the largest count full reached)" if at == reached[-1] else ""
-        out.append(
-            {
-                "name": f"full / hermes TTFT at {at} frames{largest}",
-                "value": ratio,
-                "text": f"{full:.2f} ms / {hermes:.2f} ms = {ratio:.1f}x",
-                "target": f">= {TARGETS['full_over_hermes']:g} at 512 frames",
-                "met": ratio >= TARGETS["full_over_hermes"] if at == 512 else None,
-            }
-        )
-    points = [result.point("hermes", f) for f in past]
-    sizes = {p.frames: p.cache_bytes for p in points if p is not None and p.cache_bytes is not None}
-    if sizes:
-        values = set(sizes.values())
-        out.append(
-            {
-                "name": f"hermes cache bytes past the budget ({', '.join(map(str, sizes))} frames)",
-                "value": sorted(values),
-                "text": ", ".join(f"{v:,}" for v in sizes.values()),
-                "target": "identical",
-                "met": len(values) == 1,
-            }
-        )
-    # Steady state: the chunks that did compress (before the budget fills there is nothing to do).
-    steady = [
-        (c, p, g)
-        for point in result.points
-        if point.policy == "hermes"
-        for c, p, g, e in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, point.evicted, strict=True)
-        if e > 0
-    ]
-    if steady:
-        compress = statistics.median(c for c, _, _ in steady)
-        prefill = statistics.median(p for _, p, _ in steady)
-        guidance = statistics.median(g for _, _, g in steady)
-        ratio = compress / prefill
-        out.append(
-            {
-                "name": f"hermes compression ms / prefill ms per chunk (median of {len(steady)} compressing chunks)",
-                "value": ratio,
-                "text": f"{compress:.1f} ms / {prefill:.1f} ms = {ratio:.3f} "
-                f"(the guidance pass: {guidance:.1f} ms; scoring, eviction and re-indexing: the rest)",
-                "target": f"<= {TARGETS['compress_over_prefill']}",
-                "met": ratio <= TARGETS["compress_over_prefill"],
-            }
-        )
-    hermes = [p for p in result.points if p.policy == "hermes" and p.status == OK]
-    seconds = sum(sum(p.prefill_ms) + sum(p.compress_ms) for p in hermes) / 1000
-    if seconds > 0 and meta.get("device_type") in INGEST_TARGETS:
-        fps = sum(p.ingested_frames for p in hermes) / seconds
-        target = INGEST_TARGETS[meta["device_type"]]
-        shapes = "the 0.5B shapes on a 2-core CPU" if meta["device_type"] == "cpu" else "the 7B shapes on one GPU"
-        out.append(
-            {
-                "name": f"hermes ingest frames/s (prefill + compression, chunks of {meta['chunk_frames']} frames)",
-                "value": fps,
-                "text": f"{fps:.2f} frames/s",
-                "target": f">= {target:g} ({shapes}, 16-frame chunks)",
-                "met": fps >= target,
-            }
-        )
-    return out
-
-
-def _memory_label(meta: dict) -> str:
-    return meta["memory_kind"].split(" (")[0]
-
-
-def _ms(stats: dict) -> str:
-    if stats["median"] is None:
-        return "-"
-    return f"{stats['median']:.1f} ({stats['min']:.1f}-{stats['max']:.1f})"
-
-
-def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.2f}"
-
-
-def render_markdown(result: BenchResult) -> str:
-    """The table and the headline ratios, as Markdown."""
-    meta = result.meta
-    weights = ", random weights" if meta["random_weights"] else ""
-    lines = [
-        f"Model: {meta['model']} ({meta['architecture']}, {meta['layers']} layers, {meta['dtype']}{weights}); "
-        f"device: {meta['device']}.",
-        f"Budget {meta['budget']} tokens per layer, chunks of {meta['chunk_frames']} frames, "
-        f"{meta['frame_size']} px frames = {meta['tokens_per_frame']:g} tokens per frame, "
-        f"{meta['repeats']} x {len(meta['questions'])} questions per point, {meta['max_new_tokens']} new tokens.",
-        "",
-        "| policy | frames | TTFT ms median (min-max) | TPOT ms median (min-max) | prefill ms/chunk "
-        f"| compress ms/chunk | ingest frames/s | cache MiB | {_memory_label(meta)} MiB | status |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for p in result.points:
-        s = p.summary()
-        prefill = s["prefill_ms_stats"]["median"]
-        compress = s["compress_ms_stats"]["median"]
-        status = p.status if not p.note else f"{p.status}: {p.note}"
-        lines.append(
-            f"| {p.policy} | {p.frames} | {_ms(s['ttft_ms_stats'])} | {_ms(s['tpot_ms_stats'])} "
-            f"| {'-' if prefill is None else f'{prefill:.0f}'} | {'-' if compress is None else f'{compress:.0f}'} "
-            f"| {'-' if p.ingest_fps is None else f'{p.ingest_fps:.2f}'} "
-            f"| {_mib(p.cache_bytes)} | {_mib(p.memory_bytes)} | {status} |"
-        )
-    lines += ["", "Headline ratios (this run; targets shown, not asserted):"]
-    for h in headline(result):
-        verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
-        lines.append(f"- {h['name']}: {h['text']} (target {h['target']}: {verdict})")
-    return "\n".join(lines)
-
-
-def write_html(result: BenchResult, path: str | Path) -> Path:
-    """A self-contained Plotly page: TTFT and memory against frames, one line per policy."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    meta = result.meta
-    memory = _memory_label(meta)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (median, min-max)", f"{memory} memory"))
-    for policy in dict.fromkeys(p.policy for p in result.points):
-        ok = [p for p in result.points if p.policy == policy and p.status == OK]
-        stats = [spread(p.ttft_ms) for p in ok]
-        x = [p.frames for p in ok]
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[s["median"] for s in stats],
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [s["max"] - s["median"] for s in stats],
-                    "arrayminus": [s["median"] - s["min"] for s in stats],
-                },
-                mode="lines+markers",
-                name=policy,
-                legendgroup=policy,
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[p.memory_bytes / 2**30 for p in ok],
-                mode="lines+markers",
-                name=policy,
-                legendgroup=policy,
-                showlegend=False,
-            ),
-            row=1,
-            col=2,
-        )
-    fig.update_xaxes(type="log", title_text="frames streamed")
-    fig.update_yaxes(title_text="ms", row=1, col=1)
-    fig.update_yaxes(title_text="GiB", row=1, col=2)
-    weights = ", random weights" if meta["random_weights"] else ""
-    fig.update_layout(title=f"HERMES efficiency: {meta['model']}{weights} on {meta['device']}", template="plotly_white")
-    path = Path(path)
-    fig.write_html(path, include_plotlyjs=True)  # inline: the page works offline
-    return path
-
-
-def write_json(result: BenchResult, path: str | Path) -> Path:
-    path = Path(path)
-    path.write_text(json.dumps(result.to_dict(), indent=2))
-    return path

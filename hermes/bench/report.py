@@ -1,0 +1,265 @@
+"""Reporting the efficiency benchmark: the headline ratios against their targets, the table, JSON and HTML.
+
+The targets are data (`TARGETS`, the one place they are written; docs/design.md lists them): each
+headline is one measured value held to one of them, shown as met or missed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hermes.bench.run import OK, BenchResult, Point, spread
+
+
+@dataclass(frozen=True)
+class Target:
+    """A bound a headline value is held to: `op` is "<=", ">=" or "identical" (every value equal)."""
+
+    op: str
+    bound: float | None = None
+    note: str = ""  # what the bound assumes
+
+    def met(self, value: float | list) -> bool:
+        if self.op == "identical":
+            return len(set(value)) == 1
+        return value <= self.bound if self.op == "<=" else value >= self.bound
+
+    def __str__(self) -> str:
+        text = self.op if self.bound is None else f"{self.op} {self.bound:g}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+TARGETS: dict[str, Target] = {
+    "ttft_flat": Target("<=", 1.05),
+    "ttft_flat_past_budget": Target("<=", 1.05, "flat once the budget is full"),
+    "full_over_hermes": Target(">=", 10.0, "at 512 frames"),
+    "cache_constant": Target("identical"),
+    "compress_over_prefill": Target("<=", 0.05),
+    # Frames per second of wall time that prefill plus compression keep up with, by device type.
+    "ingest_cpu": Target(">=", 1.0, "the 0.5B shapes on a 2-core CPU, 16-frame chunks"),
+    "ingest_cuda": Target(">=", 30.0, "the 7B shapes on one GPU, 16-frame chunks"),
+}
+# The frame count at which the full cache is held to its target.
+FULL_TARGET_FRAMES = 512
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One headline value of a run, and the target it is held to."""
+
+    name: str
+    value: float | list
+    text: str
+    target: str  # a key of TARGETS
+    comparable: bool = True  # False: shown for scale, not held to the target (full at another count)
+
+    @property
+    def met(self) -> bool | None:
+        return TARGETS[self.target].met(self.value) if self.comparable else None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "target": str(TARGETS[self.target]), "met": self.met}
+
+
+def _median(point: Point | None, key: str = "ttft_ms") -> float | None:
+    if point is None or point.status != OK:
+        return None
+    return spread(getattr(point, key))["median"]
+
+
+def _ttft_ratio(result: BenchResult, hi: int, lo: int, target: str, past: str = "") -> Headline | None:
+    a, b = _median(result.point("hermes", hi)), _median(result.point("hermes", lo))
+    if a is None or b is None:
+        return None
+    return Headline(
+        f"hermes TTFT at {hi} frames / at {lo} frames{past}", a / b, f"{a:.2f} ms / {b:.2f} ms = {a / b:.3f}", target
+    )
+
+
+def headlines(result: BenchResult) -> list[Headline]:
+    """The efficiency targets as measured in this run: hermes TTFT flat in the frames streamed,
+    full over hermes TTFT, a constant cache past the budget, the compression cost per chunk
+    against the prefill's, and ingest frames/s."""
+    meta, frames = result.meta, sorted({p.frames for p in result.points})
+    lo, hi = frames[0], frames[-1]
+    past = [f for f in frames if f * meta["tokens_per_frame"] > meta["budget"]]
+    out = [
+        _ttft_ratio(result, hi, lo, "ttft_flat") if len(frames) > 1 else None,
+        _ttft_ratio(result, hi, past[0], "ttft_flat_past_budget", " (both past the budget)")
+        if len(past) > 1 and past[0] != lo
+        else None,
+    ]
+    reached = [f for f in frames if _median(result.point("full", f)) is not None]
+    # The largest count full reached, and the target's count when that is a different one.
+    for at in sorted({reached[-1], FULL_TARGET_FRAMES} & set(reached)) if reached else []:
+        full, hermes = _median(result.point("full", at)), _median(result.point("hermes", at))
+        if hermes is not None:
+            largest = " (the largest count full reached)" if at == reached[-1] else ""
+            text = f"{full:.2f} ms / {hermes:.2f} ms = {full / hermes:.1f}x"
+            out.append(
+                Headline(
+                    f"full / hermes TTFT at {at} frames{largest}",
+                    full / hermes,
+                    text,
+                    "full_over_hermes",
+                    at == FULL_TARGET_FRAMES,
+                )
+            )
+    sizes = {p.frames: p.cache_bytes for f in past if (p := result.point("hermes", f)) and p.cache_bytes is not None}
+    if sizes:
+        name = f"hermes cache bytes past the budget ({', '.join(map(str, sizes))} frames)"
+        out.append(
+            Headline(name, sorted(set(sizes.values())), ", ".join(f"{v:,}" for v in sizes.values()), "cache_constant")
+        )
+    out += [_compression(result), _ingest(result)]
+    return [h for h in out if h is not None]
+
+
+def _compression(result: BenchResult) -> Headline | None:
+    """The steady state: the chunks that did compress (before the budget fills there is nothing to do)."""
+    steady = [
+        (c, p, g)
+        for point in result.points
+        if point.policy == "hermes"
+        for c, p, g, e in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, point.evicted, strict=True)
+        if e > 0
+    ]
+    if not steady:
+        return None
+    compress, prefill, guidance = (statistics.median(column) for column in zip(*steady, strict=True))
+    return Headline(
+        f"hermes compression ms / prefill ms per chunk (median of {len(steady)} compressing chunks)",
+        compress / prefill,
+        f"{compress:.1f} ms / {prefill:.1f} ms = {compress / prefill:.3f} "
+        f"(the guidance pass: {guidance:.1f} ms; scoring, eviction and re-indexing: the rest)",
+        "compress_over_prefill",
+    )
+
+
+def _ingest(result: BenchResult) -> Headline | None:
+    meta = result.meta
+    target = f"ingest_{meta.get('device_type')}"
+    hermes = [p for p in result.points if p.policy == "hermes" and p.status == OK]
+    seconds = sum(sum(p.prefill_ms) + sum(p.compress_ms) for p in hermes) / 1000
+    if seconds <= 0 or target not in TARGETS:
+        return None
+    fps = sum(p.ingested_frames for p in hermes) / seconds
+    name = f"hermes ingest frames/s (prefill + compression, chunks of {meta['chunk_frames']} frames)"
+    return Headline(name, fps, f"{fps:.2f} frames/s", target)
+
+
+def headline(result: BenchResult) -> list[dict]:
+    """The headlines as plain data (name, value, text, target, met), for JSON and tests."""
+    return [h.to_dict() for h in headlines(result)]
+
+
+def result_dict(result: BenchResult) -> dict:
+    """Everything a run measured, with its headlines, as plain data."""
+    return {"meta": result.meta, "points": [p.summary() for p in result.points], "headline": headline(result)}
+
+
+def _memory_label(meta: dict) -> str:
+    return meta["memory_kind"].split(" (")[0]
+
+
+def _ms(stats: dict) -> str:
+    if stats["median"] is None:
+        return "-"
+    return f"{stats['median']:.1f} ({stats['min']:.1f}-{stats['max']:.1f})"
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.2f}"
+
+
+def render_markdown(result: BenchResult) -> str:
+    """The table and the headline ratios, as Markdown."""
+    meta = result.meta
+    weights = ", random weights" if meta["random_weights"] else ""
+    lines = [
+        f"Model: {meta['model']} ({meta['architecture']}, {meta['layers']} layers, {meta['dtype']}{weights}); "
+        f"device: {meta['device']}.",
+        f"Budget {meta['budget']} tokens per layer, chunks of {meta['chunk_frames']} frames, "
+        f"{meta['frame_size']} px frames = {meta['tokens_per_frame']:g} tokens per frame, "
+        f"{meta['repeats']} x {len(meta['questions'])} questions per point, {meta['max_new_tokens']} new tokens.",
+        "",
+        "| policy | frames | TTFT ms median (min-max) | TPOT ms median (min-max) | prefill ms/chunk "
+        f"| compress ms/chunk | ingest frames/s | cache MiB | {_memory_label(meta)} MiB | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in result.points:
+        s = p.summary()
+        prefill = s["prefill_ms_stats"]["median"]
+        compress = s["compress_ms_stats"]["median"]
+        status = p.status if not p.note else f"{p.status}: {p.note}"
+        lines.append(
+            f"| {p.policy} | {p.frames} | {_ms(s['ttft_ms_stats'])} | {_ms(s['tpot_ms_stats'])} "
+            f"| {'-' if prefill is None else f'{prefill:.0f}'} | {'-' if compress is None else f'{compress:.0f}'} "
+            f"| {'-' if p.ingest_fps is None else f'{p.ingest_fps:.2f}'} "
+            f"| {_mib(p.cache_bytes)} | {_mib(p.memory_bytes)} | {status} |"
+        )
+    lines += ["", "Headline ratios (this run; targets shown, not asserted):"]
+    for h in headline(result):
+        verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
+        lines.append(f"- {h['name']}: {h['text']} (target {h['target']}: {verdict})")
+    return "\n".join(lines)
+
+
+def write_html(result: BenchResult, path: str | Path) -> Path:
+    """A self-contained Plotly page: TTFT and memory against frames, one line per policy."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    meta = result.meta
+    memory = _memory_label(meta)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (median, min-max)", f"{memory} memory"))
+    for policy in dict.fromkeys(p.policy for p in result.points):
+        ok = [p for p in result.points if p.policy == policy and p.status == OK]
+        stats = [spread(p.ttft_ms) for p in ok]
+        x = [p.frames for p in ok]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[s["median"] for s in stats],
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [s["max"] - s["median"] for s in stats],
+                    "arrayminus": [s["median"] - s["min"] for s in stats],
+                },
+                mode="lines+markers",
+                name=policy,
+                legendgroup=policy,
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[p.memory_bytes / 2**30 for p in ok],
+                mode="lines+markers",
+                name=policy,
+                legendgroup=policy,
+                showlegend=False,
+            ),
+            row=1,
+            col=2,
+        )
+    fig.update_xaxes(type="log", title_text="frames streamed")
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="GiB", row=1, col=2)
+    weights = ", random weights" if meta["random_weights"] else ""
+    fig.update_layout(title=f"HERMES efficiency: {meta['model']}{weights} on {meta['device']}", template="plotly_white")
+    path = Path(path)
+    fig.write_html(path, include_plotlyjs=True)  # inline: the page works offline
+    return path
+
+
+def write_json(result: BenchResult, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(result_dict(result), indent=2))
+    return path
