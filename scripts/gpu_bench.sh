@@ -13,13 +13,15 @@ OUT=${OUT:-runs/gpu}
 MODELS=${MODELS:-"llava-ov-7b-random qwen2.5-vl-7b-random"}
 FRAMES=${FRAMES:-16,64,256,512,1024}
 REPEATS=${REPEATS:-3}
+# The interpreter: $PYTHON (the tests pass their own), else python3 on the PATH.
+PYTHON=${PYTHON:-python3}
 export HF_HUB_OFFLINE=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
 
-python -c "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}, cuda: {torch.cuda.is_available()}')"
+"$PYTHON" -c "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}, cuda: {torch.cuda.is_available()}')"
 for model in $MODELS; do
   echo "== $model"
-  python -m hermes bench --model "$model" --policies hermes,full --frames "$FRAMES" --chunk-frames 16 \
+  "$PYTHON" -m hermes bench --model "$model" --policies hermes,full --frames "$FRAMES" --chunk-frames 16 \
     --repeats "$REPEATS" --json "$OUT/$model.json" --no-progress | tee "$OUT/$model.md"
 done
 echo "wrote $(ls "$OUT"/*.json | tr '\n' ' ')"

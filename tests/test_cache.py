@@ -17,7 +17,8 @@ LAYERS, HEADS, HEAD_DIM, PREFIX = 6, 2, 16, 5
 class Stream:
     """Feeds random chunks into a memory and remembers every token's original key and value."""
 
-    def __init__(self, config: HermesConfig, policy: str = "hermes", axes: int = 1, seed: int = 0):
+    def __init__(self, config: HermesConfig, policy: str = "hermes", axes: int = 1, seed: int = 0, dtype=torch.float32):
+        self.dtype = dtype
         section = (2, 3, 3) if axes == 3 else None
         self.spec = RopeSpec.from_config(HEAD_DIM, 10000.0, section)
         self.policy = make_policy(policy, config)
@@ -35,8 +36,8 @@ class Stream:
             layer.update(k, v)
 
     def _kv(self, n):
-        ks = [torch.randn(1, HEADS, n, HEAD_DIM, generator=self.gen) for _ in range(LAYERS)]
-        vs = [torch.randn(1, HEADS, n, HEAD_DIM, generator=self.gen) for _ in range(LAYERS)]
+        ks = [torch.randn(1, HEADS, n, HEAD_DIM, generator=self.gen).to(self.dtype) for _ in range(LAYERS)]
+        vs = [torch.randn(1, HEADS, n, HEAD_DIM, generator=self.gen).to(self.dtype) for _ in range(LAYERS)]
         return ks, vs
 
     def attention(self):
@@ -245,3 +246,21 @@ def test_unknown_policy_and_snapshot():
     assert deep.positions.shape == (1, 7)
     assert snap.cache_bytes == s.memory.cache_bytes()
     assert snap.frames_in_memory() == len({f for layer in snap.layers for f in layer.frames.tolist() if f >= 0})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reset_empties_the_memory_and_keeps_its_storage(dtype):
+    """transformers' `reset` zeroes a cache's values and keeps its objects: so does the memory's
+    (origin keys included, in 16 bits)."""
+    s = Stream(HermesConfig(budget=6), dtype=dtype)
+    for _ in range(3):
+        s.chunk(4)
+    storage = s.memory.storage()
+    s.memory.reset()
+    assert s.memory.storage() == storage  # the same tensors, not new ones
+    assert s.memory.get_seq_length() == 0 and s.memory.slots == 0 and s.memory.tokens_seen == 0
+    assert all(bool((t == 0).all()) for layer in s.memory.layers for t in layer._buffers())
+    s._write(*s._kv(PREFIX))  # a new stream fills the same storage
+    s.memory.commit_prefix()
+    s.chunk(4)
+    assert s.memory.storage() == storage and s.memory.prefix_len == PREFIX and s.memory.slots == 4

@@ -101,6 +101,18 @@ def test_unknown_model_offline(clips, capsys):
     _expect_error(capsys, ["stream", str(clips["short"]), "--model", "nobody/no-such-model"], "HF_HUB_OFFLINE")
 
 
+def test_the_offline_hint_names_the_download_command_of_the_installed_hub(clips, capsys, monkeypatch):
+    import huggingface_hub
+
+    from hermes.models.loading import download_command
+
+    _expect_error(capsys, ["stream", str(clips["short"]), "--model", "nobody/no-such-model"], "hf download nobody")
+    monkeypatch.setattr(huggingface_hub, "__version__", "0.33.2")  # before the `hf` command
+    assert download_command("nobody/x") == "huggingface-cli download nobody/x"
+    monkeypatch.setattr(huggingface_hub, "__version__", "1.0.0rc1")
+    assert download_command("nobody/x") == "hf download nobody/x"
+
+
 def test_empty_question_and_bad_ask(clips, capsys):
     args = ["stream", str(clips["short"]), "--model", "tiny", "--chunk-frames", "4", "--fps", "1", "--budget", "300"]
     _expect_error(capsys, [*args, "--ask", "2:   "], "question is empty")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
+import pytest
+
 from hermes.serving import LiveView, StreamSettings, StreamStatus
-from hermes.serving.sources import PlayClock
+from hermes.serving.sources import FileSource, PlayClock
 from hermes.serving.view import ChunkRecord
+from hermes.video.decoding import VideoFile
 from ui.callbacks import behind_text
 
 
@@ -49,13 +53,61 @@ def test_nothing_is_said_while_the_model_keeps_up():
 
 
 def test_play_clock_stops_while_paused():
-    clock = PlayClock()
-    assert clock.elapsed() == 0.0
+    clock = PlayClock(lambda: 1.0)
+    assert clock.position() == 0.0
     clock.start()
     clock.pause()
-    paused = clock.elapsed()
+    paused = clock.position()
     time.sleep(0.05)
-    assert clock.elapsed() == paused
+    assert clock.position() == paused
     clock.resume()
     time.sleep(0.01)
-    assert clock.elapsed() > paused
+    assert clock.position() > paused
+
+
+def test_play_clock_follows_the_pace_and_an_unpaced_stream():
+    now, speed = [0.0], [2.0]
+    clock = PlayClock(lambda: speed[0], now=lambda: now[0])
+    clock.start()
+    now[0] = 1.0
+    assert clock.position() == 2.0 and clock.wait_s(3.0) == 0.5  # 1 s of video left, at 2x
+    speed[0] = None  # "max": nothing waits, and the clock follows the frames read
+    assert clock.position() is None and clock.wait_s(100.0) == 0.0
+    clock.seen(10.0)
+    now[0] = 5.0
+    speed[0] = 1.0  # back to real time, from where the frames are
+    assert clock.position() == 10.0 and clock.wait_s(11.0) == 1.0
+
+
+def test_a_file_at_1x_keeps_real_time_however_long_a_frame_takes_to_decode(clips, monkeypatch):
+    """Frames are due by the play clock: decoding time does not add up on top of the waits.
+
+    The clip's 8 s at 2 fps are 16 frames, each taking 0.15 s to decode here. Waiting the 0.5 s
+    frame interval after each decode would play in 16 x 0.65 = 10.4 s; real time is 7.5 s to the
+    last frame."""
+    real_frames = VideoFile.frames
+
+    def slow_frames(self, *args, **kwargs):
+        for frame in real_frames(self, *args, **kwargs):
+            time.sleep(0.15)
+            yield frame
+
+    monkeypatch.setattr(VideoFile, "frames", slow_frames)
+    delivered: list[float] = []
+    ended = threading.Event()
+    source = FileSource(
+        clips["short"],
+        chunk_frames=1,
+        fps=2.0,
+        speed=lambda: 1.0,
+        on_chunk=lambda chunk: delivered.append(time.monotonic()),
+        has_room=lambda timeout: True,
+        on_end=ended.set,
+        on_error=lambda message: pytest.fail(message),
+    )
+    start = time.monotonic()
+    source.start()
+    assert ended.wait(30)
+    assert len(delivered) == 16
+    assert delivered[-1] - start < 8.5, f"the last frame came {delivered[-1] - start:.1f} s in, real time is 7.5 s"
+    assert delivered[-1] - start > 7.4  # and it is paced, not read as fast as it decodes

@@ -239,7 +239,7 @@ def test_build_is_deterministic(tmp_path: Path) -> None:
 
 def test_ensure_tiny_builds_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMES_CACHE", str(tmp_path / "cache"))
-    expected = tmp_path / "cache" / "tiny" / f"llava_onevision-L2-v{tiny.TINY_VERSION}"
+    expected = tmp_path / "cache" / "tiny" / f"llava_onevision-L2-s0-v{tiny.TINY_VERSION}"
     assert tiny.default_tiny_dir("llava_onevision", 2) == expected
     assert tiny.default_tiny_dir("qwen2_5_vl", 2) != expected
     path = tiny.ensure_tiny("llava_onevision", num_layers=2)
@@ -251,3 +251,29 @@ def test_ensure_tiny_builds_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(tiny, "build_tiny", boom)
     assert tiny.ensure_tiny("llava_onevision", num_layers=2) == expected
+
+
+def test_another_seed_gets_its_own_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache is keyed by the seed too: a second seed must not get the first one's weights back."""
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("HERMES_CACHE", str(tmp_path / "cache"))
+    first, second = (tiny.ensure_tiny("llava_onevision", num_layers=1, seed=s) for s in (0, 1))
+    assert first != second
+    a, b = (load_file(p / "model.safetensors") for p in (first, second))
+    (q,) = [k for k in a if "language_model" in k and k.endswith("layers.0.self_attn.q_proj.weight")]
+    assert not torch.equal(a[q], b[q])
+
+
+def test_random_weight_answers_are_printable_noise_words(lm) -> None:
+    """Offline answers read as noise words, not as the mojibake that random bytes decode to."""
+    from hermes.engine.chunk import Chunk
+    from hermes.engine.session import StreamingSession
+    from hermes.memory.config import HermesConfig
+
+    session = StreamingSession(lm, HermesConfig(budget=512, chunk_frames=2, fps=1.0))
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    session.ingest(Chunk(pixels, np.arange(2.0), np.arange(2), np.arange(2)))
+    for question in ("What is happening?", "Describe the scene.", "Who is there?"):
+        text = session.ask(question, max_new_tokens=24).text
+        assert text and set(text) <= set("abcdefghijklmnopqrstuvwxyz .,?"), repr(text)

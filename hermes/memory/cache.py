@@ -99,7 +99,13 @@ class HermesLayer(BufferLayer):
         self.is_initialized = True
 
     def reset(self) -> None:
-        self.__init__(self.rope)
+        """Empty the layer as transformers' `reset` empties a static cache: the keys and values are
+        zeroed in place and the storage is kept, so that the next stream fills it without allocating."""
+        for t in self._buffers() if self.is_initialized else ():
+            t.zero_()
+        self.start = self.length = self.committed = self.prefix_len = self.summary_count = 0
+        self.stream_ids, self.frames, self.scores = self.stream_ids[:0], self.frames[:0], self.scores[:0]
+        self.positions, self.origins = self.positions[:, :0], self.origins[:, :0]
 
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last scratch tokens (transformers' convention: a negative count)."""
@@ -335,6 +341,11 @@ class HermesCache(Cache):
         )
 
     # -- filling ---------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Empty the memory, keeping its storage (transformers' `reset`): a new prefix comes next."""
+        super().reset()
+        self.tokens_seen = self.compactions = 0
+
     def commit_prefix(self) -> None:
         """What the model has written so far is the fixed text prefix (positions 0..P-1)."""
         for layer in self.layers:

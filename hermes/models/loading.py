@@ -103,6 +103,15 @@ def resolve(name: str) -> tuple[str, bool]:
     return name, False
 
 
+def download_command(source: str) -> str:
+    """The command that downloads `source` with the installed huggingface_hub: `hf download` since
+    0.34 (the `huggingface-cli` name is gone in 1.0), `huggingface-cli download` before."""
+    import huggingface_hub
+
+    major, minor = (int(part) for part in huggingface_hub.__version__.split(".")[:2])
+    return f"{'hf' if (major, minor) >= (0, 34) else 'huggingface-cli'} download {source}"
+
+
 def _load_config(source: str):
     try:
         return AutoConfig.from_pretrained(source, local_files_only=True), True
@@ -113,7 +122,7 @@ def _load_config(source: str):
         why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
         raise ModelLoadError(
             f"Cannot load model {source!r}: it is not in the local Hugging Face cache and {why}. "
-            f"Download it on a connected machine (huggingface-cli download {source}), pass a local folder, "
+            f"Download it on a connected machine ({download_command(source)}), pass a local folder, "
             "or use --model tiny, tiny-qwen or tiny-qwen3 for a random-weight model of the same architecture."
         )
     try:

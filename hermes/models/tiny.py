@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import string
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,14 @@ import torch
 SUPPORTED_ARCHS: tuple[str, ...] = ("llava_onevision", "qwen2_5_vl", "qwen3_vl")
 
 # Bump when the builder output changes, so cached checkpoints are rebuilt, not reused.
-TINY_VERSION = 1
+TINY_VERSION = 2
+
+# What a random-weight model may say: its answers are noise, and should read as noise words, not as
+# the broken UTF-8 that the byte vocabulary's other tokens decode to (see `_printable_head`).
+PRINTABLE = string.ascii_lowercase + " .,?"
+# The space's output row is scaled up by this much, so that it wins the argmax often enough to
+# split the noise into words.
+SPACE_GAIN = 1.5
 
 # Std of the re-initialised q_proj/k_proj weights of every LM decoder layer. With the
 # default init (std 0.02) and RMS-normalised inputs of width 64, q and k elements have std
@@ -64,7 +72,6 @@ SIGLIP_IMAGE_SIZE = 384
 SIGLIP_PATCH = 14
 LLAVA_NUM_IMAGE_TOKENS = (SIGLIP_IMAGE_SIZE // SIGLIP_PATCH) ** 2  # 729 = 27 x 27
 LLAVA_TOKENS_PER_FRAME = ((SIGLIP_IMAGE_SIZE // SIGLIP_PATCH + 1) // 2) ** 2  # 196 = 14 x 14
-LLAVA_NEWLINE_TOKENS_PER_VIDEO = 1
 
 # Qwen2.5-VL vision side: real patch/merge/temporal sizes, tiny width/depth.
 QWEN_PATCH = 14
@@ -203,6 +210,21 @@ def _scale_qk(layers: torch.nn.ModuleList, seed: int, std: float) -> None:
                 norm = getattr(attn, "q_norm" if proj is attn.q_proj else "k_norm", None)
                 if norm is not None:
                     norm.weight.fill_(std * proj.in_features**0.5)
+
+
+def _printable_head(model: Any) -> None:
+    """Zero the output rows of every token but the printable ones (PRINTABLE).
+
+    A zero row gives a logit of 0, while the largest of the 30 random logits of the printable
+    tokens is positive but with probability 2^-30, so greedy decoding picks from them: the answers
+    are the model's own, in noise words, and run to their token limit (the end of a turn is never
+    the likeliest token). The log-probabilities stay a real softmax over the whole vocabulary.
+    """
+    keep = torch.zeros(model.lm_head.weight.shape[0], dtype=torch.bool)
+    keep[[ord(c) for c in PRINTABLE]] = True
+    with torch.no_grad():
+        model.lm_head.weight[~keep] = 0.0
+        model.lm_head.weight[ord(" ")] *= SPACE_GAIN
 
 
 def _text_kwargs(vocab_size: int, num_layers: int, specials: list[str]) -> dict[str, Any]:
@@ -453,6 +475,7 @@ def build_tiny(
     torch.manual_seed(seed)
     model, processor = _BUILDERS[arch](num_layers)
     _scale_qk(model.model.language_model.layers, seed, qk_std)
+    _printable_head(model)
     model = model.to(torch.float32).eval()
     model.config.dtype = torch.float32  # saved as "dtype": "float32"
 
@@ -475,11 +498,11 @@ def _cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "hermes"
 
 
-def default_tiny_dir(arch: str, num_layers: int) -> Path:
-    """Where `ensure_tiny` keeps the tiny checkpoint for (arch, num_layers)."""
+def default_tiny_dir(arch: str, num_layers: int, seed: int = 0) -> Path:
+    """Where `ensure_tiny` keeps the tiny checkpoint for (arch, num_layers, seed)."""
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"unknown tiny arch {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
-    return _cache_root() / "tiny" / f"{arch}-L{num_layers}-v{TINY_VERSION}"
+    return _cache_root() / "tiny" / f"{arch}-L{num_layers}-s{seed}-v{TINY_VERSION}"
 
 
 def _is_complete(path: Path) -> bool:
@@ -487,12 +510,12 @@ def _is_complete(path: Path) -> bool:
 
 
 def ensure_tiny(arch: str, num_layers: int = 4, seed: int = 0) -> Path:
-    """Return the cached tiny checkpoint for (arch, num_layers), building it if missing.
+    """Return the cached tiny checkpoint for (arch, num_layers, seed), building it if missing.
 
     Builds into a temporary sibling directory and renames it into place, so a reader never
     sees a half-written checkpoint; if another process wins the race, its copy is kept.
     """
-    final = default_tiny_dir(arch, num_layers)
+    final = default_tiny_dir(arch, num_layers, seed)
     if _is_complete(final):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -44,30 +44,64 @@ class Source(Protocol):
 
 
 class PlayClock:
-    """Seconds of playing time: wall time since `start`, less the time spent paused."""
+    """Where in the video a viewer would be: seconds of video played since `start`, advancing at the
+    pace `speed()` (times real time; None: unpaced), standing still while paused.
 
-    def __init__(self) -> None:
-        self._started: float | None = None
-        self._paused_at: float | None = None
-        self._paused_s = 0.0
+    Frames are due by this clock, not one after the other: decoding a frame takes time, and a
+    reader that waited the frame interval after each decode would add that time up and play 1x
+    slower than real time. Unpaced, the clock follows the frames read (`seen`), so that a pace set
+    later continues from there.
+    """
+
+    def __init__(self, speed: Callable[[], float | None], now: Callable[[], float] = time.monotonic) -> None:
+        self._speed, self._now = speed, now
+        self._lock = threading.Lock()  # the reader thread and the viewer's controls both move it
+        self._position = 0.0
+        self._at: float | None = None  # wall time of the last update; None before start
+        self._pace: float | None = None  # the pace since the last update
+        self._paused = False
 
     def start(self) -> None:
-        self._started = time.monotonic()
+        with self._lock:
+            self._at, self._pace = self._now(), self._speed()
+
+    def _advance(self) -> float | None:
+        """Bring the position up to now at the pace read at the last update (lock held), and read
+        the pace again: a new pace counts from the moment it is first seen. The pace now."""
+        now = self._now()
+        if self._at is not None:
+            if not self._paused and self._pace:
+                self._position += (now - self._at) * self._pace
+            self._at = now
+        self._pace = self._speed()
+        return self._pace
 
     def pause(self) -> None:
-        if self._paused_at is None:
-            self._paused_at = time.monotonic()
+        with self._lock:
+            self._advance()
+            self._paused = True
 
     def resume(self) -> None:
-        if self._paused_at is not None:
-            self._paused_s += time.monotonic() - self._paused_at
-            self._paused_at = None
+        with self._lock:
+            self._advance()
+            self._paused = False
 
-    def elapsed(self) -> float:
-        if self._started is None:
-            return 0.0
-        now = self._paused_at if self._paused_at is not None else time.monotonic()
-        return now - self._started - self._paused_s
+    def position(self) -> float | None:
+        """Seconds of video played by now; None when unpaced."""
+        with self._lock:
+            return self._position if self._advance() else None
+
+    def seen(self, t: float) -> None:
+        """A frame at `t` s was read: an unpaced clock moves up to it (a paced one is there already)."""
+        with self._lock:
+            self._advance()
+            self._position = max(self._position, t)
+
+    def wait_s(self, t: float) -> float:
+        """Seconds of wall time until the frame at `t` s is due (0: now; unpaced: never waits)."""
+        with self._lock:
+            speed = self._advance()
+            return 0.0 if not speed or self._position >= t else (t - self._position) / speed
 
 
 class FileSource:
@@ -102,7 +136,7 @@ class FileSource:
         self._resume = threading.Event()
         self._resume.set()
         self._flush = True
-        self._clock = PlayClock()
+        self._clock = PlayClock(speed)
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -120,8 +154,7 @@ class FileSource:
 
     def position_s(self) -> float | None:
         """Where in the video a viewer would be now, playing it at its speed; None unpaced."""
-        speed = self.speed()
-        return None if not speed else self._clock.elapsed() * speed
+        return self._clock.position()
 
     def stop(self, flush: bool) -> None:
         self._flush = flush
@@ -135,13 +168,10 @@ class FileSource:
     def _run(self) -> None:
         try:
             with VideoFile(self.path) as video:
-                prev_t: float | None = None
                 for frame in video.frames(self._fps):
-                    speed = self.speed()
-                    due = time.monotonic() + (frame.t - prev_t) / speed if prev_t is not None and speed else 0.0
-                    if not self._wait(due):  # also where a paused stream waits
+                    if not self._wait(frame.t):  # also where a paused stream waits
                         break
-                    prev_t = frame.t
+                    self._clock.seen(frame.t)
                     chunk = self._chunker.push(frame)
                     self.frames_read += 1
                     if chunk is not None and not self._deliver(chunk):
@@ -161,15 +191,14 @@ class FileSource:
             # Only now, with the last chunk handed on: "ended" with nothing queued means done.
             self._on_end()
 
-    def _wait(self, until: float) -> bool:
-        """Sleep until the monotonic time `until`, longer while paused; False once stopped."""
+    def _wait(self, t: float) -> bool:
+        """Sleep until the frame at `t` s is due on the play clock, longer while paused; False once
+        stopped."""
         while not self._stop.is_set():
             if not self._resume.is_set():
-                paused_at = time.monotonic()
                 self._resume.wait(ROOM_POLL_S)
-                until += time.monotonic() - paused_at  # pausing shifts the stream's clock
                 continue
-            left = until - time.monotonic()
+            left = self._clock.wait_s(t)
             if left <= 0:
                 return True
             self._stop.wait(min(left, ROOM_POLL_S))
