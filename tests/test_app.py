@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,27 +25,15 @@ from hermes.serving import (
     StreamSettings,
     Tier,
 )
+from tests.helpers import SMALL, wait_for
 from ui import build_app, figures, launch_options
 from ui.layout import MAX_UPLOAD
 
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "cockatoo.mp4"
-SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float = 60.0, step: float = 0.2):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
 
 
 def serve(lm, settings: StreamSettings = SMALL, max_file_size: str = MAX_UPLOAD, **registry_options):
@@ -155,6 +142,7 @@ def test_standing_questions_through_the_api(app):
         client.predict("Cockatoo, close-up (14 s)", "2x", api_name="/start_sample")
         metrics = wait_for(lambda: (m := client.predict(api_name="/metrics"))["chunks"] >= 1 and m)
         chunks = metrics["chunks"]
+        client.predict(api_name="/pause")  # so that chunks come after the questions added below
 
         # Bad input: a clear message each time, and the stream goes on.
         for question, message in [
@@ -172,6 +160,7 @@ def test_standing_questions_through_the_api(app):
             client.predict("Is it singing?", api_name="/unwatch")
         update = client.predict("Is it dark?", api_name="/unwatch")
         assert [v for _, v in update["choices"]] == ["Is there a bird?", "Is it flying?", "Is it eating?"]
+        client.predict(api_name="/pause")  # resume
         metrics = wait_for(lambda: (m := client.predict(api_name="/metrics"))["state"] == "finished" and m, 120)
         assert metrics["chunks"] > chunks and metrics["error"] is None
         assert metrics["watching"] == ["Is there a bird?", "Is it flying?", "Is it eating?"]
