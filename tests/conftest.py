@@ -51,3 +51,13 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small synthetic clips: 'short' (8 s, 4 fps, 160x120, a red needle at 5 s)."""
     root = tmp_path_factory.mktemp("clips")
     return {"short": make_clip(root / "short.mp4", 8.0, fps=4, size=(160, 120), needles={5.0: "red"})}
+
+
+@pytest.fixture
+def worker():
+    """A model thread of the test's own, stopped afterwards."""
+    from hermes.serving.worker import ModelWorker
+
+    w = ModelWorker()
+    yield w
+    w.stop()

@@ -4,14 +4,72 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
 
+import numpy as np
 import torch
 
 from hermes.engine.batch import BatchDecoder
+from hermes.engine.chunk import Chunk
 from hermes.engine.session import StreamingSession
 from hermes.memory.cache import HermesCache
+from hermes.serving.live import LiveStream
+from hermes.serving.settings import StreamSettings
+
+T = TypeVar("T")
+
+# Small settings for live streams in tests: the memory fills within a short clip.
+SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)
+
+
+def random_chunk(index: int, n: int = 2, size: int = 64, seed: int | None = None) -> Chunk:
+    """Chunk `index` of a stream of `n`-frame chunks, one frame a second: random `size` x `size`
+    frames drawn from `seed` (by default the index, so that every chunk differs)."""
+    pixels = np.random.default_rng(index if seed is None else seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+    ids = np.arange(index * n, (index + 1) * n)
+    return Chunk(pixels, ids.astype(float), ids, ids, chunk_index=index)
+
+
+def memory_state(memory: HermesCache) -> tuple:
+    """Everything a memory holds, copied: keys and values (of the memory, no scratch tokens), each
+    layer's bookkeeping, its storage, its next position and the tokens it has seen."""
+    assert memory.get_seq_length() == memory.prefix_len + memory.slots, "scratch tokens left in the memory"
+    kv = [(k.clone(), v.clone()) for k, v in memory.kv()]
+    books = [
+        (layer.stream_ids.clone(), layer.frames.clone(), layer.positions.clone(), layer.scores.clone())
+        for layer in memory.layers
+    ]
+    return kv, books, memory.storage(), memory.next_position, memory.tokens_seen
+
+
+def assert_same_memory(before: tuple, memory: HermesCache, storage: bool = True) -> None:
+    """`memory` holds bit for bit what `before` (a `memory_state`) recorded; `storage=False` for
+    another memory of the same stream, whose buffers are its own."""
+    after = memory_state(memory)
+    assert len(before[0]) == len(after[0])
+    for (k0, v0), (k1, v1) in zip(before[0], after[0], strict=True):
+        assert torch.equal(k0, k1) and torch.equal(v0, v1)
+    for b0, b1 in zip(before[1], after[1], strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(b0[:3], b1[:3], strict=True))
+        assert torch.equal(b0[3].isnan(), b1[3].isnan()) and torch.equal(b0[3].nan_to_num(), b1[3].nan_to_num())
+    assert before[3:] == after[3:]
+    if storage:
+        assert before[2] == after[2]
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 60.0, step: float = 0.05) -> T:
+    """The first truthy value of `predicate()` within `timeout` seconds; its last value otherwise."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
 
 
 @contextlib.contextmanager
@@ -57,3 +115,11 @@ def generate_on_cache(
             **{name: cache},
         )
     return out.sequences[0, n:].tolist(), torch.log_softmax(out.scores[0][0].float(), dim=-1)
+
+
+def streamed(stream: LiveStream, clip: Path, **kw) -> LiveStream:
+    """Stream a whole clip as fast as the model goes and wait for the last chunk."""
+    stream.start_file(clip, speed="max", **kw)
+    assert wait_for(lambda: stream.status().state == "finished" and not stream.status().queued_chunks, 60)
+    assert stream.worker.wait_idle(stream.key, 60)
+    return stream

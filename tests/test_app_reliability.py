@@ -24,8 +24,8 @@ from hermes.engine.session import StreamingSession
 from hermes.serving import LiveStream, StreamSettings
 from hermes.serving.admission import cache_bytes_for
 from hermes.video.clips import make_clip
-from tests.helpers import hold_answers
-from tests.test_app import serve, text_of, wait_for
+from tests.helpers import hold_answers, wait_for
+from tests.test_app import serve, text_of
 from ui.callbacks import Callbacks
 from ui.layout import ASK_CONCURRENCY, DEFAULT_CONCURRENCY, QUEUE_MAX_SIZE
 

@@ -9,16 +9,13 @@ log-probabilities agree within 1e-4, and every memory is bit-identical afterward
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
 
 from hermes.engine import batch
 from hermes.engine.batch import BatchDecoder
-from hermes.engine.chunk import Chunk
 from hermes.engine.session import QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
-from tests.helpers import generate_on_cache
+from tests.helpers import assert_same_memory, generate_on_cache, memory_state, random_chunk
 
 FRAMES = 2
 BUDGET = 150
@@ -31,12 +28,6 @@ CASES = [
 ]
 
 
-def _chunk(index: int, seed: int, size: int = 64) -> Chunk:
-    frames = np.random.default_rng(seed).integers(0, 256, (FRAMES, size, size, 3), dtype=np.uint8)
-    idx = np.arange(index * FRAMES, (index + 1) * FRAMES)
-    return Chunk(frames, idx.astype(float), idx, idx, chunk_index=index)
-
-
 def _sessions(lm) -> list[StreamingSession]:
     """One session per case, each streaming its own frames."""
     out = []
@@ -44,30 +35,9 @@ def _sessions(lm) -> list[StreamingSession]:
         config = HermesConfig(budget=BUDGET, chunk_frames=FRAMES, fps=1.0)
         session = StreamingSession(lm, config, policy=policy)
         for i in range(chunks):
-            session.ingest(_chunk(i, seed=100 * s + i))
+            session.ingest(random_chunk(i, FRAMES, seed=100 * s + i))
         out.append(session)
     return out
-
-
-def _state(session: StreamingSession) -> tuple:
-    """Everything the memory holds: keys, values, and each layer's bookkeeping."""
-    memory = session.memory
-    kv = [(k.clone(), v.clone()) for k, v in memory.kv()]
-    books = [
-        (layer.stream_ids.clone(), layer.frames.clone(), layer.positions.clone(), layer.scores.clone())
-        for layer in memory.layers
-    ]
-    return kv, books, memory.storage(), memory.next_position, memory.tokens_seen
-
-
-def _assert_same_state(before: tuple, session: StreamingSession) -> None:
-    after = _state(session)
-    for (k0, v0), (k1, v1) in zip(before[0], after[0], strict=True):
-        assert torch.equal(k0, k1) and torch.equal(v0, v1)
-    for b0, b1 in zip(before[1], after[1], strict=True):
-        assert all(torch.equal(x, y) for x, y in zip(b0[:3], b1[:3], strict=True))
-        assert torch.equal(b0[3].isnan(), b1[3].isnan()) and torch.equal(b0[3].nan_to_num(), b1[3].nan_to_num())
-    assert before[2:] == after[2:]
 
 
 def _generated_alone(lm, session: StreamingSession, question: str, max_new_tokens: int) -> list[int]:
@@ -96,7 +66,7 @@ def test_a_batch_answers_each_question_as_asked_alone(lm):
     sessions = _sessions(lm)
     lengths = {s.memory.get_seq_length() for s in sessions}
     assert len(lengths) > 1, "the sessions should hold memories of different lengths"
-    before = [_state(s) for s in sessions]
+    before = [memory_state(s.memory) for s in sessions]
 
     decoder = BatchDecoder(lm)
     for i in (0, 1, 2):
@@ -105,7 +75,7 @@ def test_a_batch_answers_each_question_as_asked_alone(lm):
     updates = _run(decoder, {3: (sessions[3], CASES[3][2], CASES[3][3], 3)})
     assert len(decoder) == 0
     for s, b in zip(sessions, before, strict=True):
-        _assert_same_state(b, s)  # the batch never wrote into a memory
+        assert_same_memory(b, s.memory)  # the batch never wrote into a memory
 
     for i, (session, (_, _, question, max_new)) in enumerate(zip(sessions, CASES, strict=True)):
         *streamed, (row, last) = updates[i]
@@ -117,7 +87,7 @@ def test_a_batch_answers_each_question_as_asked_alone(lm):
         assert [t for t, _ in last.top_logprobs] == [t for t, _ in alone.top_logprobs]
         assert (row.logprobs - session.first_token_logprobs(question)).abs().max().item() < 1e-4
         assert last.ttft_ms > 0 and last.frames_seen == session.frames_seen
-        _assert_same_state(before[i], session)
+        assert_same_memory(before[i], session.memory)
     # The batch recorded each answer on its session, as ask does (it prefixes the next guidance prompt).
     assert [len(s.answers) for s in sessions] == [2, 2, 2, 2]
     assert sessions[0].answers[0].text == sessions[0].answers[1].text
@@ -130,7 +100,7 @@ def test_rows_of_equal_length_batch_without_padding(lm):
         config = HermesConfig(budget=BUDGET, chunk_frames=FRAMES, fps=1.0)
         session = StreamingSession(lm, config)
         for i in range(4):
-            session.ingest(_chunk(i, seed=10 * seed + i))
+            session.ingest(random_chunk(i, FRAMES, seed=10 * seed + i))
         sessions.append(session)
     assert len({s.memory.get_seq_length() for s in sessions}) == 1
     decoder = BatchDecoder(lm)

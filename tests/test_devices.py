@@ -4,11 +4,9 @@ control counted per device."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from hermes.engine.chunk import Chunk
 from hermes.engine.session import StreamingSession
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import compress
@@ -19,14 +17,9 @@ from hermes.models import loading
 from hermes.models.loading import cpu_has_bf16, load_video_lm, resolve_dtype
 from hermes.serving import admission
 from hermes.serving.settings import StreamSettings
+from tests.helpers import random_chunk
 
 QUESTION = "What is happening?"
-
-
-def _chunk(index: int, n: int = 2, size: int = 64) -> Chunk:
-    pixels = np.random.default_rng(index).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
-    ids = np.arange(index * n, (index + 1) * n)
-    return Chunk(pixels, ids.astype(float), ids, ids, chunk_index=index)
 
 
 # -- dtype ----------------------------------------------------------------------------------------
@@ -71,8 +64,8 @@ def test_bf16_streams_hold_the_budget_and_equal_full_below_it(qwen3_lm):
     config = HermesConfig(budget=100_000, chunk_frames=2, fps=1.0)
     hermes, full = StreamingSession(lm, config), StreamingSession(lm, config, policy="full")
     for i in range(3):
-        hermes.ingest(_chunk(i))
-        full.ingest(_chunk(i))
+        hermes.ingest(random_chunk(i))
+        full.ingest(random_chunk(i))
     assert torch.equal(hermes.first_token_logprobs(QUESTION), full.first_token_logprobs(QUESTION))
 
 
@@ -97,7 +90,7 @@ def test_device_map_with_offloaded_layers_streams_like_one_device(qwen3_lm, tmp_
     config = HermesConfig(budget=100, chunk_frames=2, fps=1.0)
     mapped, plain = StreamingSession(lm, config), StreamingSession(qwen3_lm, config)
     for i in range(5):
-        a, b = mapped.ingest(_chunk(i)), plain.ingest(_chunk(i))
+        a, b = mapped.ingest(random_chunk(i)), plain.ingest(random_chunk(i))
         assert a.evicted == b.evicted and a.cache_bytes == b.cache_bytes
     assert b.evicted > 0  # compressed for real, with guidance passes through the hooks
     for (k0, v0), (k1, v1) in zip(mapped.memory.kv(), plain.memory.kv(), strict=True):

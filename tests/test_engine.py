@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from hermes.engine import guidance
-from hermes.engine.chunk import Chunk
 from hermes.engine.guidance import (
     GLOBAL_PROMPT,
     HISTORY_ANSWER_TOKENS,
@@ -18,30 +16,13 @@ from hermes.engine.guidance import (
 from hermes.engine.session import QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.memory.tiers import Tier
+from tests.helpers import assert_same_memory, memory_state, random_chunk
 
 FRAMES = 2  # per chunk: small, and even for Qwen2.5-VL
 
 
-def _chunk(index: int, seed: int, n: int = FRAMES, size: int = 64) -> Chunk:
-    frames = np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
-    idx = np.arange(index * n, (index + 1) * n)
-    return Chunk(frames, idx.astype(float), idx, idx, chunk_index=index)
-
-
 def _session(lm, budget: int, policy: str = "hermes", **kw) -> StreamingSession:
     return StreamingSession(lm, HermesConfig(budget=budget, chunk_frames=FRAMES, fps=1.0, **kw), policy=policy)
-
-
-def _kv_clone(session):
-    assert session.memory.get_seq_length() == session.memory.prefix_len + session.memory.slots
-    return [(k.clone(), v.clone()) for k, v in session.memory.kv()]
-
-
-def _assert_kv_equal(before, session):
-    after = session.memory.kv()
-    assert len(before) == len(after)
-    for (k0, v0), (k1, v1) in zip(before, after, strict=True):
-        assert torch.equal(k0, k1) and torch.equal(v0, v1)
 
 
 def test_memory_size_is_fixed_after_many_chunks(lm):
@@ -49,7 +30,7 @@ def test_memory_size_is_fixed_after_many_chunks(lm):
     s = _session(lm, budget)
     sizes = set()
     for i in range(8):
-        report = s.ingest(_chunk(i, i))
+        report = s.ingest(random_chunk(i, FRAMES))
         if s.memory.tokens_seen > budget + 1:
             lengths = {layer.keys.shape[-2] for layer in s.memory.layers}
             assert lengths == {s.memory.prefix_len + 1 + budget}
@@ -61,15 +42,15 @@ def test_memory_size_is_fixed_after_many_chunks(lm):
 def test_hermes_equals_full_until_it_must_evict(lm):
     hermes, full = _session(lm, 100_000), _session(lm, 100_000, policy="full")
     for i in range(3):
-        hermes.ingest(_chunk(i, i))
-        full.ingest(_chunk(i, i))
+        hermes.ingest(random_chunk(i, FRAMES))
+        full.ingest(random_chunk(i, FRAMES))
     a = hermes.first_token_logprobs("What is happening?")
     b = full.first_token_logprobs("What is happening?")
     assert torch.equal(a, b)
     # ...and once it evicts, the memory (and so the answer distribution) differs.
     small = _session(lm, 100)
     for i in range(3):
-        small.ingest(_chunk(i, i))
+        small.ingest(random_chunk(i, FRAMES))
     assert not torch.allclose(small.first_token_logprobs("What is happening?"), b)
 
 
@@ -80,14 +61,14 @@ def test_guidance_attention_matches_eager_and_leaves_cache(lm, monkeypatch, bloc
         monkeypatch.setattr(guidance, "PROBE_BLOCK_BYTES_ACCELERATOR", block_bytes)
     s = _session(lm, 120)
     for i in range(3):
-        s.ingest(_chunk(i, i))
-    before = _kv_clone(s)
+        s.ingest(random_chunk(i, FRAMES))
+    before = memory_state(s.memory)
     ids = lm.question_ids("Where is the red ball?")
     positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
     layers = range(lm.num_layers)
     with s.memory.scratch(), AttentionProbe(lm.attention_modules(), layers) as probe:
         lm.forward(s.memory, ids, positions)
-    _assert_kv_equal(before, s)
+    assert_same_memory(before, s.memory)
     implementation = lm.model.config._attn_implementation
     try:
         lm.model.set_attn_implementation("eager")
@@ -106,18 +87,18 @@ def test_guidance_attention_matches_eager_and_leaves_cache(lm, monkeypatch, bloc
         assert (probe.weights[layer] - eager).abs().max().item() < 1e-4
     # The full guidance pass used during compression leaves the memory untouched too.
     s.guidance_attention()
-    _assert_kv_equal(before, s)
+    assert_same_memory(before, s.memory)
 
 
 def test_asking_leaves_cache_and_is_repeatable(lm):
     s = _session(lm, 120)
     for i in range(3):
-        s.ingest(_chunk(i, i))
-    before = _kv_clone(s)
+        s.ingest(random_chunk(i, FRAMES))
+    before = memory_state(s.memory)
     first = s.ask("What is happening?", max_new_tokens=6)
-    _assert_kv_equal(before, s)
+    assert_same_memory(before, s.memory)
     second = s.ask("What is happening?", max_new_tokens=6)
-    _assert_kv_equal(before, s)
+    assert_same_memory(before, s.memory)
     assert first.text == second.text and first.tokens >= 1
     assert first.ttft_ms > 0 and len(first.top_logprobs) == 5
     assert first.top_logprobs == second.top_logprobs
@@ -127,7 +108,7 @@ def test_bad_questions(lm):
     s = _session(lm, 120)
     with pytest.raises(QuestionError, match="No video yet"):
         s.ask("What is happening?")
-    s.ingest(_chunk(0, 0))
+    s.ingest(random_chunk(0, FRAMES))
     with pytest.raises(QuestionError, match="empty"):
         s.ask("   ")
     with pytest.raises(QuestionError, match="20,000 characters"):
@@ -144,7 +125,7 @@ def test_qwen_positions_continue_across_chunks(qwen_lm):
     seen = []
     for i in range(3):
         start = s.memory.next_position
-        chunk = _chunk(i, i)
+        chunk = random_chunk(i, FRAMES)
         inputs = lm.chunk_inputs(chunk.pixels, 1.0)
         proc = lm.processor(
             text=lm.processor.video_token,
@@ -188,7 +169,7 @@ def test_one_guidance_pass_serves_both_prompts(lm):
     a pass over the global prompt alone, because the global prompt comes first."""
     s = _session(lm, 120)
     for i in range(3):
-        s.ingest(_chunk(i, i))
+        s.ingest(random_chunk(i, FRAMES))
     combined = s.guidance_attention()
     ids = torch.cat([lm.encode(lm.video_close), lm.encode(GLOBAL_PROMPT)], dim=-1)
     positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
@@ -225,7 +206,7 @@ def test_guidance_history_keeps_question_and_answer_each_capped(llava_lm):
 def test_lazy_compaction_is_reported_as_reindexing(llava_lm):
     """A lazy compaction runs before a chunk's prefill: the report says so and times it apart."""
     s = _session(llava_lm, 150, max_positions=1400, position_margin=64)
-    reports = [s.ingest(_chunk(i, i)) for i in range(6)]
+    reports = [s.ingest(random_chunk(i, FRAMES)) for i in range(6)]
     lazy = [r for r in reports if r.reindexed]
     assert lazy and s.memory.compactions == len(lazy)
     assert all(r.reindex_ms > 0 and r.reindex_ms <= r.compress_ms for r in lazy)

@@ -7,30 +7,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from hermes import HermesCache
-from hermes.engine.chunk import Chunk
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
-from tests.helpers import generate_on_cache
+from tests.helpers import assert_same_memory, generate_on_cache, memory_state, random_chunk
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is happening?"
 
 
-def _chunk(index: int, n: int = 2, size: int = 64) -> Chunk:
-    pixels = np.random.default_rng(index).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
-    ids = np.arange(index * n, (index + 1) * n)
-    return Chunk(pixels, ids.astype(float), ids, ids, chunk_index=index)
-
-
 def _streamed(lm, budget: int, chunks: int, **config) -> StreamingSession:
     session = StreamingSession(lm, HermesConfig(budget=budget, chunk_frames=2, fps=1.0, **config))
     for i in range(chunks):
-        session.ingest(_chunk(i))
+        session.ingest(random_chunk(i))
     return session
 
 
@@ -40,20 +31,19 @@ def test_generate_on_the_cache_equals_the_session(lm, reindex, name):
     session = _streamed(lm, budget=150, chunks=4, reindex=reindex)
     cache = session.memory
     assert isinstance(cache, HermesCache) and cache.tokens_seen > 150  # compressed for real
-    before = [(k.clone(), v.clone()) for k, v in cache.kv()]
+    before = memory_state(cache)
     answer = session.ask(QUESTION, max_new_tokens=8)
     tokens, logprobs = generate_on_cache(lm, cache, QUESTION, max_new_tokens=8, name=name)
     assert lm.decode([t for t in tokens if t not in lm.eos_token_ids]) == answer.text
     assert (logprobs - session.first_token_logprobs(QUESTION)).abs().max().item() < 1e-5
-    for (k0, v0), (k1, v1) in zip(before, cache.kv(), strict=True):
-        assert torch.equal(k0, k1) and torch.equal(v0, v1)  # generate left the memory bit-identical
+    assert_same_memory(before, cache)  # generate left the memory bit-identical
 
 
 def test_storage_is_not_reallocated_once_the_budget_is_reached(lm):
     session = _streamed(lm, budget=150, chunks=3)
     storage = session.memory.storage()
     for i in range(3, 10):
-        session.ingest(_chunk(i))
+        session.ingest(random_chunk(i))
         session.ask(QUESTION, max_new_tokens=4)
         assert session.memory.storage() == storage, f"chunk {i} reallocated the cache"
 

@@ -28,7 +28,8 @@ from gradio_client import Client, handle_file
 
 from hermes.serving import StreamSettings
 from hermes.video.clips import make_clip
-from tests.test_app import serve, text_of, wait_for
+from tests.helpers import wait_for
+from tests.test_app import serve, text_of
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 

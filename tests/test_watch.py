@@ -6,19 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from hermes.engine.chunk import Chunk
 from hermes.engine.session import MAX_QUESTION_CHARS, StreamingSession
 from hermes.engine.watch import MAX_STANDING, AnswerWords, StandingQuestions, WatchError
 from hermes.memory.config import HermesConfig
+from tests.helpers import assert_same_memory, memory_state, random_chunk
 
 FRAMES = 2  # per chunk: small, and even for Qwen2.5-VL
 QUESTIONS = ("Is there a red circle?", "Is the scene dark?")
-
-
-def _chunk(index: int, seed: int) -> Chunk:
-    frames = np.random.default_rng(seed).integers(0, 256, (FRAMES, 64, 64, 3), dtype=np.uint8)
-    idx = np.arange(index * FRAMES, (index + 1) * FRAMES)
-    return Chunk(frames, idx.astype(float), idx, idx, chunk_index=index)
 
 
 def _session(lm, budget: int = 150) -> StreamingSession:
@@ -95,8 +89,8 @@ def test_checks_read_the_memory_and_leave_it_bit_identical(lm):
         watched.standing.add(q)
     watched.standing.answer_tokens = 3
     for i in range(5):
-        report = watched.ingest(_chunk(i, i))
-        base = plain.ingest(_chunk(i, i))
+        report = watched.ingest(random_chunk(i, FRAMES))
+        base = plain.ingest(random_chunk(i, FRAMES))
         assert [c.question for c in report.watches] == list(QUESTIONS)
         for check in report.watches:
             assert 0.0 <= check.p_yes <= 1.0 and check.check_ms > 0
@@ -111,8 +105,7 @@ def test_checks_read_the_memory_and_leave_it_bit_identical(lm):
         assert all(a.done and a.tokens <= 3 and a.ttft_ms > 0 for a in report.alerts)
         assert base.watches == [] and base.alerts == []
         assert report.cache_bytes == base.cache_bytes
-        for (k0, v0), (k1, v1) in zip(watched.memory.kv(), plain.memory.kv(), strict=True):
-            assert torch.equal(k0, k1) and torch.equal(v0, v1)
+        assert_same_memory(memory_state(plain.memory), watched.memory, storage=False)
     assert watched.memory.tokens_seen > 150  # the budget was passed: compression ran with watches on
     # Alerts are not turns of the conversation: the guidance prompt never saw them.
     assert watched.answers == [] and watched.last_turn is None
@@ -122,10 +115,10 @@ def test_standing_questions_outlive_a_reset_and_rearm(llava_lm):
     session = _session(llava_lm)
     session.standing.set_threshold(0.01)
     session.standing.add(QUESTIONS[0])
-    assert session.ingest(_chunk(0, 0)).watches[0].fired
-    assert not session.ingest(_chunk(1, 1)).watches[0].fired
+    assert session.ingest(random_chunk(0, FRAMES)).watches[0].fired
+    assert not session.ingest(random_chunk(1, FRAMES)).watches[0].fired
     session.reset()
     assert session.standing.questions == [QUESTIONS[0]]
-    assert session.ingest(_chunk(0, 0)).watches[0].fired
+    assert session.ingest(random_chunk(0, FRAMES)).watches[0].fired
     session.standing.remove(QUESTIONS[0])
-    assert session.ingest(_chunk(1, 1)).watches == []
+    assert session.ingest(random_chunk(1, FRAMES)).watches == []
