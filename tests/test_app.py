@@ -18,6 +18,7 @@ from gradio_client.exceptions import AppError
 
 from hermes.serving import (
     ChunkRecord,
+    FrameTokens,
     LayerSnapshot,
     LiveView,
     MemorySnapshot,
@@ -30,6 +31,8 @@ from ui import build_app, figures, launch_options
 from ui.layout import MAX_UPLOAD
 
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "cockatoo.mp4"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -222,7 +225,7 @@ def test_figures_stay_small_on_long_streams():
         version=1,
         settings=SMALL,
         snapshots={"hermes": snap},
-        frame_tokens=np.full(n, 196.0),
+        frame_tokens=FrameTokens().extended(n, 196.0),
         frames_seen=n,
         attention={"hermes": attention},
     )

@@ -35,6 +35,7 @@ SAMPLES = {
     "Pedestrians on a campus road (40 s)": ASSETS / "sample.mp4",
 }
 DEFAULT_SAMPLE = next(iter(SAMPLES))
+FRAME_LABEL = "What the model just consumed"
 
 
 def settings_from(
@@ -335,11 +336,12 @@ class Callbacks:
         status_out = status if status != sent_status else gr.skip()
         if view.version == version:
             return (gr.skip(), status_out, gr.skip(), gr.skip(), gr.skip(), gr.skip(), chat, gr.skip())
-        frame = None  # after a reset: clear the last stream's frame
+        # After a reset: no frame, and the label without the last stream's frame number.
+        frame = gr.Image(value=None, label=FRAME_LABEL)
         if view.frame_image is not None:
             frame = gr.Image(
                 value=view.frame_image,
-                label=f"What the model just consumed: frame {view.frames_seen - 1} ({view.stream_time_s:.0f} s)",
+                label=f"{FRAME_LABEL}: frame {view.frames_seen - 1} ({view.stream_time_s:.0f} s)",
             )
         return (
             frame,

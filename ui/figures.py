@@ -11,7 +11,16 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from hermes.serving import AttentionLayers, ChunkRecord, LayerSnapshot, LiveView, MemorySnapshot, Tier, WatchPoint
+from hermes.serving import (
+    AttentionLayers,
+    ChunkRecord,
+    FrameTokens,
+    LayerSnapshot,
+    LiveView,
+    MemorySnapshot,
+    Tier,
+    WatchPoint,
+)
 
 MAX_FRAME_COLUMNS = 64
 MAX_SLOT_POINTS = 160
@@ -62,18 +71,19 @@ def _bins(n: int, most: int) -> np.ndarray:
 
 
 def retained_shares(
-    snapshot: MemorySnapshot, frame_tokens: np.ndarray, max_columns: int = MAX_FRAME_COLUMNS
+    snapshot: MemorySnapshot, frame_tokens: FrameTokens, max_columns: int = MAX_FRAME_COLUMNS
 ) -> tuple[np.ndarray, np.ndarray]:
     """(shares (layers, bins), bin edges in frames): the share of each frame bin's tokens that
-    each layer still keeps. `frame_tokens[f]` is how many tokens frame f had when prefilled."""
+    each layer still keeps, out of the tokens the frames had when prefilled (`frame_tokens`)."""
     n_frames = len(frame_tokens)
     edges = _bins(n_frames, max_columns)
-    denom = np.add.reduceat(frame_tokens, edges[:-1]) if n_frames else np.zeros(0)
+    denom = frame_tokens.sums(edges)
     rows = []
     for layer in snapshot.layers:
         frames = layer.frames[(layer.frames >= 0) & (layer.frames < n_frames)]
-        kept = np.bincount(frames, minlength=n_frames).astype(float)
-        rows.append(np.add.reduceat(kept, edges[:-1]) if n_frames else np.zeros(0))
+        # Counted by bin, not by frame: nothing here grows with the length of the stream.
+        bins = np.searchsorted(edges, frames, side="right") - 1
+        rows.append(np.bincount(bins, minlength=len(edges) - 1).astype(float) if n_frames else np.zeros(0))
     shares = np.clip(np.asarray(rows) / np.maximum(denom, 1e-9), 0.0, 1.0) if rows else np.zeros((0, 0))
     return shares, edges
 

@@ -9,7 +9,7 @@ import gradio as gr
 
 from hermes.serving import MAX_STANDING, POLICIES, SPEEDS, StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
 from ui import figures
-from ui.callbacks import DEFAULT_SAMPLE, SAMPLES, Callbacks
+from ui.callbacks import DEFAULT_SAMPLE, FRAME_LABEL, SAMPLES, Callbacks
 
 CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
 TICK_S = 1.0
@@ -151,7 +151,7 @@ def build_app(
                     stop = gr.Button("Stop", size="sm", elem_id="stop")
                     reset = gr.Button("Reset", size="sm", elem_id="reset")
                 frame = gr.Image(
-                    label="What the model just consumed", interactive=False, height=230, format="jpeg", buttons=[]
+                    label=FRAME_LABEL, interactive=False, height=230, format="jpeg", buttons=[], elem_id="frame"
                 )
                 status = gr.Markdown("**Idle** · pick a source and press Start", elem_id="status", label="status")
                 with gr.Accordion("Settings (applied at the next Start or Reset)", open=False):

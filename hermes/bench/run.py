@@ -258,7 +258,7 @@ def run_policy(
                     )
                 start = session.frames_seen
                 report = session.ingest(
-                    synthetic_chunk(rng, start, n, settings.frame_size, config.fps, len(session.chunks))
+                    synthetic_chunk(rng, start, n, settings.frame_size, config.fps, session.chunks_seen)
                 )
                 window.append(report)
                 tokens_per_frame = report.tokens / padded

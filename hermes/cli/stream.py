@@ -116,18 +116,6 @@ def _check_watches(args: argparse.Namespace) -> None:
         watching.append(validate_standing(question, watching, MAX_QUESTION_CHARS))
 
 
-def _watch_cost(chunks: list) -> str:
-    """One line: what the standing questions' checks cost, alone and against the chunks' prefill."""
-    import statistics
-
-    checks = [c.check_ms for r in chunks for c in r.watches]
-    shares = [sum(c.check_ms for c in r.watches) / r.prefill_ms for r in chunks if r.watches and r.prefill_ms > 0]
-    return (
-        f"standing questions: {len(checks)} checks, median {statistics.median(checks):.1f} ms each; all of a "
-        f"chunk's checks took a median {100 * statistics.median(shares):.1f}% of its prefill"
-    )
-
-
 def cmd_stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -185,6 +173,6 @@ def cmd_stream(args: argparse.Namespace) -> int:
                 )
                 shown = 0
     bar.close()
-    if args.watch and not args.json and session.chunks:
-        print(_watch_cost(session.chunks), file=sys.stderr)
+    if args.watch and not args.json and session.chunks_seen:
+        print(session.watch_cost.summary(), file=sys.stderr)
     return 0

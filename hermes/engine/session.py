@@ -18,7 +18,7 @@ import torch
 from hermes.engine.chunk import Chunk
 from hermes.engine.guidance import AttentionProbe, guidance_prompt
 from hermes.engine.metrics import memory_reading, now_ms
-from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck
+from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import AttentionRecord, compress
 from hermes.memory.config import HermesConfig
@@ -28,6 +28,9 @@ from hermes.models.base import VideoLM
 
 MAX_QUESTION_CHARS = 1000
 MAX_NEW_TOKENS = 64
+# Finished answers a session keeps (the last one also prefixes the guidance prompt): a stream
+# keeps what its next step needs, not its whole history, so that it stays flat however long it runs.
+ANSWERS_KEPT = 8
 # Scratch room kept after the memory for a question and its answer, so that asking allocates
 # nothing in the common case (a longer one grows the storage once).
 QUESTION_MARGIN = 256
@@ -134,9 +137,10 @@ class StreamingSession:
         self.memory.commit_prefix()
         self.frames_seen = 0
         self.stream_time_s = 0.0
-        self.chunks: list[ChunkReport] = []
-        self.last_chunk: ChunkReport | None = None
-        self.answers: list[AnswerUpdate] = []
+        self.chunks_seen = 0
+        self.last_chunk: ChunkReport | None = None  # with the attention record of its compression
+        self.watch_cost = WatchCost()
+        self.answers: list[AnswerUpdate] = []  # the last ANSWERS_KEPT
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
         self.standing.rearm()
@@ -181,7 +185,7 @@ class StreamingSession:
         self.frames_seen += chunk.num_frames
         self.stream_time_s = chunk.end
         out = ChunkReport(
-            chunk_index=len(self.chunks),
+            chunk_index=self.chunks_seen,
             frames_seen=self.frames_seen,
             stream_time_s=self.stream_time_s,
             tokens=inputs.num_tokens,
@@ -197,7 +201,8 @@ class StreamingSession:
         )
         if len(self.standing):
             out.watches, out.alerts = self.check_standing()
-        self.chunks.append(out)
+            self.watch_cost.add(out.watches, out.prefill_ms)
+        self.chunks_seen += 1
         self.last_chunk = out
         return out
 
@@ -298,6 +303,7 @@ class StreamingSession:
         """Keep a finished answer (from `ask_stream` or a batch): it joins `answers`, and it and its
         question prefix the next guidance prompt."""
         self.answers.append(update)
+        del self.answers[:-ANSWERS_KEPT]
         self.last_turn = (update.question, update.text)
 
     def _read_question(self, question: str) -> tuple[torch.Tensor, int]:

@@ -122,6 +122,36 @@ class WatchCheck:
     check_ms: float  # the read alone: the question's forward pass and p(yes), not the alert's answer
 
 
+@dataclass
+class WatchCost:
+    """What the standing checks of a stream have cost so far, as running totals: a stream keeps
+    these, not every check, so that its memory stays flat however long it runs."""
+
+    checks: int = 0
+    check_ms: float = 0.0
+    chunks: int = 0  # chunks after which the memory was checked
+    share: float = 0.0  # summed over those chunks: the time of their checks / their prefill's
+
+    def add(self, checks: Sequence[WatchCheck], prefill_ms: float) -> None:
+        """Count the checks made after one chunk whose prefill took `prefill_ms`."""
+        if not checks:
+            return
+        spent = sum(c.check_ms for c in checks)
+        self.checks += len(checks)
+        self.check_ms += spent
+        if prefill_ms > 0:
+            self.chunks += 1
+            self.share += spent / prefill_ms
+
+    def summary(self) -> str:
+        """One line: the mean check, and the mean share of a chunk's prefill that its checks took."""
+        share = f"{100 * self.share / self.chunks:.1f}%" if self.chunks else "-"
+        return (
+            f"standing questions: {self.checks} checks, {self.check_ms / max(1, self.checks):.1f} ms each on "
+            f"average; a chunk's checks took {share} of its prefill on average"
+        )
+
+
 class StandingQuestions:
     """Up to `limit` standing questions of one memory, each with its hysteresis state.
 

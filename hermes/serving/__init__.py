@@ -16,7 +16,7 @@ from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fa
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.settings import COMPARE_POLICIES, POLICIES, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
-from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, LiveView, StreamStatus, WatchPoint
+from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "AttentionLayers",
     "Busy",
     "ChunkRecord",
+    "FrameTokens",
     "LayerSnapshot",
     "LiveStream",
     "LiveView",

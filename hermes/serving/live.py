@@ -132,11 +132,11 @@ class LiveStream:
         self._start_source(gen, feed, info.name, feed.start)
         return info
 
-    def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None) -> None:
+    def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
         """Feed one webcam frame. Unless a file is playing or a webcam stream exists (running or
         stopped with the Stop control), the frame starts a webcam stream in fresh memories.
-        Frames are thinned to the stream's fps; a chunk that finds the model still busy with
-        MAX_CHUNK_BACKLOG chunks is dropped (a live source cannot wait)."""
+        Frames are thinned to the stream's fps by their capture time `t` (default: now); a chunk that
+        finds the model still busy with MAX_CHUNK_BACKLOG chunks is dropped (a live source cannot wait)."""
         # Gradio runs one stream event per session at a time, so this check does not race.
         if self._source != "webcam" and not self.life.state.takes_frames:
             settings = settings or self.settings
@@ -148,11 +148,13 @@ class LiveStream:
                 settings.fps,
                 on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
                 has_room=lambda: self.worker.backlog(self.key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
+                on_silence=lambda: self._locked(self.life.silence, gen),
+                on_frames=lambda: self._locked(self.life.frames_again, gen),
             )
             self._start_source(gen, feed, "webcam")
         feed = self._feed
         if isinstance(feed, WebcamSource):
-            feed.push(image)
+            feed.push(image, t)
 
     def set_speed(self, speed: str) -> None:
         """Pace of a file stream: "1x" (real time), "2x", "4x" or "max"; applies at once."""
@@ -260,9 +262,11 @@ class LiveStream:
     def _start_source(self, gen: int, feed: Source, name: str, start: Callable[[], None] = lambda: None) -> None:
         """`feed` becomes the source of generation `gen` and is started, unless a reset came first."""
         with self._lock:
-            if self.life.current(gen):
-                self._feed, self._source, self.life.state = feed, name, StreamState.STREAMING
-                start()
+            if not self.life.current(gen):
+                feed.stop(flush=False)
+                return
+            self._feed, self._source, self.life.state = feed, name, StreamState.STREAMING
+            start()
 
     def _stop_feed(self, flush: bool) -> None:
         feed = self._feed

@@ -24,6 +24,8 @@ from hermes.video.decoding import VideoError, VideoFile
 log = logging.getLogger(__name__)
 
 ROOM_POLL_S = 0.1  # how often a waiting reader looks at its stop and pause signals
+# A webcam that sends nothing for this long has stopped recording (the page sends no stop event).
+SILENCE_S = 3.0
 
 
 class Source(Protocol):
@@ -216,21 +218,37 @@ class FileSource:
 class WebcamSource:
     """Webcam frames, thinned to `fps` and cut into chunks; a chunk that finds no room is dropped.
 
-    `push` is called from whatever thread receives the frames; `stop` may come from any other.
+    `push` is called from whatever thread receives the frames; `stop` may come from any other. The
+    page says nothing when the viewer stops recording, so silence says it: once no frame has come
+    for `silence_s`, the frames of the partial chunk go out (what the camera showed reaches the
+    model) and `on_silence()` is called; the next frame calls `on_frames()` and the stream goes on.
     """
 
     def __init__(
-        self, chunk_frames: int, fps: float, *, on_chunk: Callable[[Chunk], None], has_room: Callable[[], bool]
+        self,
+        chunk_frames: int,
+        fps: float,
+        *,
+        on_chunk: Callable[[Chunk], None],
+        has_room: Callable[[], bool],
+        on_silence: Callable[[], None] = lambda: None,
+        on_frames: Callable[[], None] = lambda: None,
+        silence_s: float | None = None,
     ) -> None:
         self.frames_read = 0
         self.dropped_frames = 0
-        self.last_frame_at = 0.0
+        self.last_frame_at = time.monotonic()
         self._first_frame_at: float | None = None
         self._chunker = Chunker(chunk_frames, fps=fps)
         self._on_chunk, self._has_room = on_chunk, has_room
+        self._on_silence, self._on_frames = on_silence, on_frames
+        self._silence_s = SILENCE_S if silence_s is None else silence_s
         self._lock = threading.Lock()
-        self._stopped = False
+        self._stopped = threading.Event()
         self._paused = False
+        self._silent = False
+        self.thread = threading.Thread(target=self._listen, name="webcam-silence", daemon=True)
+        self.thread.start()
 
     def position_s(self) -> float | None:
         """The stream time of the newest frame the camera sent (its clock starts at the first)."""
@@ -243,16 +261,20 @@ class WebcamSource:
     def resume(self) -> None:
         self._paused = False
 
-    def push(self, image: np.ndarray) -> None:
-        """Take one frame (ValueError, with the reason, for a frame that is not an RGB image)."""
+    def push(self, image: np.ndarray, t: float | None = None) -> None:
+        """Take one frame, captured `t` seconds into the stream (default: now, by the wall clock);
+        ValueError, with the reason, for a frame that is not an RGB image."""
         with self._lock:
-            if self._stopped or self._paused:
+            if self._stopped.is_set() or self._paused:
                 return
             self.last_frame_at = time.monotonic()
             if self._first_frame_at is None:
                 self._first_frame_at = self.last_frame_at
-            chunk = self._chunker.push(image)
+            chunk = self._chunker.push(image, t)
             self.frames_read = self._chunker.next_index + self._chunker.pending
+            again, self._silent = self._silent, False
+        if again:
+            self._on_frames()
         if chunk is None:
             return
         if not self._has_room():
@@ -260,14 +282,28 @@ class WebcamSource:
             return
         self._on_chunk(chunk)
 
+    def _listen(self) -> None:
+        """Until stopped: when the camera falls silent, send the partial chunk and say so, once."""
+        while not self._stopped.wait(ROOM_POLL_S):
+            with self._lock:
+                if self._paused or self._silent or time.monotonic() - self.last_frame_at < self._silence_s:
+                    continue
+                self._silent = True
+                tail = self._chunker.flush()
+            if tail is not None:
+                self._on_chunk(tail)  # one partial chunk: it goes in even past the backlog
+            self._on_silence()
+
     def stop(self, flush: bool) -> None:
         with self._lock:
-            if self._stopped:
+            if self._stopped.is_set():
                 return
-            self._stopped = True
+            self._stopped.set()
             tail = self._chunker.flush() if flush else None
         if tail is not None:
             self._on_chunk(tail)
 
     def join(self, timeout: float = 10.0) -> None:
-        """Nothing to wait for: frames come in on the caller's thread."""
+        """Wait for the silence watch to end (frames come in on the caller's thread)."""
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout)

@@ -6,6 +6,13 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+# Notices a viewer has not been shown yet (an API client may never ask): the latest are kept.
+NOTICES_KEPT = 20
+WEBCAM_SILENT = (
+    "The webcam stopped sending frames, so the stream stopped: everything it showed is in memory, and "
+    "questions still work. Record again to go on."
+)
+
 
 class StreamState(str, Enum):
     """Where a live stream is: the value is what the status line and the API show."""
@@ -14,7 +21,7 @@ class StreamState(str, Enum):
     IDLE = "idle"  # memories ready, no source yet
     STREAMING = "streaming"
     PAUSED = "paused"
-    WAITING = "waiting for the webcam"  # streaming, but the camera has sent nothing for a while
+    WAITING = "waiting for the webcam"  # the camera stopped sending frames; the next one goes on
     FINISHING = "finishing"  # the source ended; chunks are still on their way to the model
     FINISHED = "finished"  # the file was read to its end
     STOPPED = "stopped"  # by the viewer, or by the stream itself at a bound (the note says why)
@@ -87,6 +94,17 @@ class Lifecycle:
         if self.state.takes_frames:
             self.state = StreamState.STOPPED
 
+    def silence(self, generation: int) -> None:
+        """The webcam of `generation` stopped sending frames (the viewer stopped recording)."""
+        if self.current(generation) and self.state is StreamState.STREAMING:
+            self.state = StreamState.WAITING
+            self.note = WEBCAM_SILENT
+
+    def frames_again(self, generation: int) -> None:
+        """The webcam of `generation` sends frames again: the stream goes on where it was."""
+        if self.current(generation) and self.state is StreamState.WAITING:
+            self.state, self.note = StreamState.STREAMING, None
+
     def end(self, generation: int) -> None:
         """The source of `generation` ran out (the file ended)."""
         if self.current(generation) and self.state.takes_frames:
@@ -104,6 +122,7 @@ class Lifecycle:
             self.note = message
         self.memory_failed = self.memory_failed or memory_failed
         self.notices.append(message)
+        del self.notices[:-NOTICES_KEPT]
         return True
 
     def close(self) -> None:

@@ -7,7 +7,6 @@ build the next one. No Gradio and no model here.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,13 +19,17 @@ from hermes.engine.watch import MAX_STANDING
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.serving.answers import AnswerEvent
 from hermes.serving.settings import StreamSettings
-from hermes.serving.sources import Source, WebcamSource
+from hermes.serving.sources import Source
 from hermes.serving.state import Lifecycle, StreamState
 
+# Everything a view keeps per chunk is bounded, so that a stream's host memory stays flat however
+# long it runs (docs/limits.md, "Long streams"): the last HISTORY_LIMIT chunks' metrics, the checks
+# of that many chunks, ANSWER_LIMIT answers and ALERT_LIMIT alerts with their small frames.
 THUMB_SIDE = 360
-HISTORY_LIMIT = 2000
-ANSWER_LIMIT = 500
-WEBCAM_ACTIVE_S = 3.0  # a webcam silent for longer is shown as waited for
+ALERT_SIDE = 160  # an alert's frame, as the chat shows it
+HISTORY_LIMIT = 1000
+ANSWER_LIMIT = 200
+ALERT_LIMIT = 50
 WATCH_LIMIT = MAX_STANDING * HISTORY_LIMIT  # checks kept for the plot: every standing question per chunk
 
 # Per layer: (stream ids, guidance weights) over the layer's video slots, or None where not probed.
@@ -71,7 +74,35 @@ class Alert:
     p_yes: float
     text: str
     ttft_ms: float | None
-    frame: np.ndarray = field(repr=False, compare=False)  # the chunk's last frame, downscaled
+    frame: np.ndarray = field(repr=False, compare=False)  # the chunk's last frame, ALERT_SIDE at most
+
+
+@dataclass(frozen=True)
+class FrameTokens:
+    """How many tokens each frame of the stream had when prefilled (the retained-token map's
+    denominator), run-length encoded: a new run starts only when a chunk's tokens per frame differ
+    from the last chunk's (a short tail chunk), so a stream of any length holds a few runs."""
+
+    runs: tuple[tuple[int, float], ...] = ()  # (first frame, tokens per frame), in frame order
+    frames: int = 0
+
+    def __len__(self) -> int:
+        return self.frames
+
+    def extended(self, n: int, per_frame: float) -> FrameTokens:
+        """These frames, then `n` more of `per_frame` tokens each."""
+        runs = self.runs if self.runs and self.runs[-1][1] == per_frame else (*self.runs, (self.frames, per_frame))
+        return FrameTokens(runs, self.frames + n)
+
+    def sums(self, edges: np.ndarray) -> np.ndarray:
+        """Tokens of the frames in each bin [edges[i], edges[i + 1])."""
+        if not self.runs:
+            return np.zeros(max(0, len(edges) - 1))
+        starts = np.array([s for s, _ in self.runs], dtype=float)
+        ends = np.append(starts[1:], self.frames)
+        per = np.array([p for _, p in self.runs])
+        before = ((np.clip(np.asarray(edges, dtype=float)[:, None], starts, ends) - starts) * per).sum(axis=1)
+        return np.diff(before)
 
 
 @dataclass(frozen=True)
@@ -81,7 +112,7 @@ class LiveView:
     version: int
     settings: StreamSettings
     snapshots: dict[str, MemorySnapshot] = field(default_factory=dict)
-    frame_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0))  # tokens per frame index at prefill
+    frame_tokens: FrameTokens = field(default_factory=FrameTokens)
     frames_seen: int = 0
     stream_time_s: float = 0.0
     chunks: int = 0
@@ -125,7 +156,6 @@ class LiveView:
         # Tokens each frame had when prefilled (the engine pads a chunk to the frame multiple):
         # the denominator of the retained-token map.
         prefilled = -(-chunk.num_frames // frame_multiple) * frame_multiple
-        per_frame = np.full(chunk.num_frames, report.tokens / prefilled)
         record = ChunkRecord(
             wall_s=wall_s,
             frames_seen=report.frames_seen,
@@ -137,16 +167,16 @@ class LiveView:
             gpu_allocated_bytes=reading.gpu_allocated_bytes,
         )
         frame = thumbnail(chunk.pixels[-1])
-        points, alerts = watch_records(reports, frame)
+        points, alerts = watch_records(reports, thumbnail(frame, ALERT_SIDE))
         return self.next(
             snapshots=snapshots,
-            frame_tokens=np.concatenate([self.frame_tokens, per_frame]),
+            frame_tokens=self.frame_tokens.extended(chunk.num_frames, report.tokens / prefilled),
             frames_seen=report.frames_seen,
             stream_time_s=report.stream_time_s,
             chunks=self.chunks + 1,
             frame_image=frame,
             watch_history=(*self.watch_history, *points)[-WATCH_LIMIT:],
-            alerts=(*self.alerts, *alerts)[-ANSWER_LIMIT:],
+            alerts=(*self.alerts, *alerts)[-ALERT_LIMIT:],
             history=(*self.history, record)[-HISTORY_LIMIT:],
             frames_in_memory={p: s.frames_in_memory() for p, s in snapshots.items()},
             attention={**self.attention, **{p: r.attention for p, r in reports.items() if measured(r.attention)}},
@@ -175,13 +205,9 @@ class StreamStatus:
 
 def stream_status(life: Lifecycle, feed: Source | None, source: str | None, speed: str, queued: int) -> StreamStatus:
     """The status of a stream in `life`, fed by `feed` (named `source`), with `queued` chunks on
-    their way: a webcam that sent nothing for WEBCAM_ACTIVE_S is waited for, and a source that
-    ended with chunks still queued is finishing."""
+    their way: a source that ended with chunks still queued is finishing."""
     state = life.state
-    if state is StreamState.STREAMING and isinstance(feed, WebcamSource):
-        if time.monotonic() - feed.last_frame_at > WEBCAM_ACTIVE_S:
-            state = StreamState.WAITING
-    elif state in (StreamState.FINISHED, StreamState.STOPPED) and queued:
+    if state in (StreamState.FINISHED, StreamState.STOPPED) and queued:
         state = StreamState.FINISHING
     return StreamStatus(
         state=state,

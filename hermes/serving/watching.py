@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from hermes.engine.watch import check_removable, validate_standing
-from hermes.serving.view import ANSWER_LIMIT, Alert
+from hermes.serving.view import ALERT_LIMIT, Alert
 
 
 class Watchlist:
@@ -19,7 +19,7 @@ class Watchlist:
         self.max_chars = max_chars
         self._lock = threading.Lock()
         self._questions: list[str] = []
-        self._alerts: deque[Alert] = deque(maxlen=ANSWER_LIMIT)
+        self._alerts: deque[Alert] = deque(maxlen=ALERT_LIMIT)
 
     def add(self, question: str) -> list[str]:
         """Watch `question` too; the list now. WatchError for an empty, too long, repeated or fifth one."""
