@@ -14,6 +14,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HERMES_CACHE"] = tempfile.mkdtemp(prefix="hermes-test-cache-")
 
 from hermes.video.clips import make_clip
+from tests.corpus import make_corpus
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +52,9 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Small synthetic clips: 'short' (8 s, 4 fps, 160x120, a red needle at 5 s)."""
     root = tmp_path_factory.mktemp("clips")
     return {"short": make_clip(root / "short.mp4", 8.0, fps=4, size=(160, 120), needles={5.0: "red"})}
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Videos as browsers, phones and cameras write them (tests/corpus.py), made once per session."""
+    return make_corpus(tmp_path_factory.mktemp("corpus"))
