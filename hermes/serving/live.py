@@ -38,7 +38,7 @@ from hermes.serving.settings import SPEEDS, StreamSettings
 from hermes.serving.sources import FileSource, Source, WebcamSource
 from hermes.serving.view import ANSWER_LIMIT, Alert, LiveView, StreamStatus, metrics_of, watch_metrics
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
-from hermes.video.decoding import VideoInfo, probe
+from hermes.video.decoding import VideoInfo, check_start
 
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
 # falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
@@ -134,11 +134,11 @@ class LiveStream:
     def start_file(self, path: str | Path, speed: str = "1x", settings: StreamSettings | None = None) -> VideoInfo:
         """Start streaming a video file from its beginning into fresh memories.
 
-        Raises VideoError (with the file name) at once for a file that cannot be decoded, and
-        Busy when admission control refuses another stream.
+        Raises VideoError (with the file name) at once for a file whose first frames cannot be
+        decoded, and Busy when admission control refuses another stream.
         """
         settings = settings or self.settings
-        info = probe(path)
+        info = check_start(path, settings.fps)
         self.set_speed(speed)
         if self._admit is not None:
             self._admit(self, settings)
