@@ -148,6 +148,7 @@ class FrameReader:
         if not self._one_at_a_time:
             batch = self._batch(indices)
             if batch is not None:
+                self._frame_size = self._frame_size or (batch.shape[2], batch.shape[1])
                 yield from batch
                 return
         if (yield from self._singly(indices)):
