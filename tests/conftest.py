@@ -14,6 +14,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HERMES_CACHE"] = tempfile.mkdtemp(prefix="hermes-test-cache-")
 
 from hermes.video.clips import make_clip
+from tests.corpus import make_corpus
 
 
 @pytest.fixture(scope="session")
@@ -61,3 +62,9 @@ def worker():
     w = ModelWorker()
     yield w
     w.stop()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Videos as browsers, phones and cameras write them (tests/corpus.py), made once per session."""
+    return make_corpus(tmp_path_factory.mktemp("corpus"))

@@ -30,6 +30,7 @@ from hermes.memory.config import HermesConfig
 from hermes.video.chunking import Chunker
 from hermes.video.clips import make_clip
 from hermes.video.decoding import iter_frames
+from tests.corpus import DAMAGED
 
 FPS = 1.0  # whole seconds, so that the frames before a question time are easy to count
 CHUNK = 4
@@ -376,6 +377,24 @@ def test_eval_end_to_end(bench: str, llava_lm, session, videos: Path, tmp_path: 
         "mvbench": {"malformed entry": 1},
     }[bench]
     assert summary["skipped_by_reason"] == expected_skips
+
+
+def test_a_damaged_video_answers_what_came_before_the_damage(llava_lm, session, corpus, tmp_path: Path) -> None:
+    opts = ["A. one", "B. two", "C. three", "D. four"]
+    questions = [
+        {"task_type": "Counting Problem", "question": q, "time_stamp": t, "answer": "A", "options": opts}
+        for q, t in [("Before?", "00:00:03"), ("After?", "00:00:06")]
+    ]
+    path = _write(tmp_path / "damaged.json", [{"video_path": DAMAGED.name, "questions": questions}])
+    spec = BENCHES["streamingbench"]
+    items, _ = spec.load(path)
+    out = tmp_path / "results.jsonl"
+    videos = corpus[DAMAGED.name].parent
+    summary = run_eval(llava_lm, spec, items, [], session, videos, out, EvalSettings(max_new_tokens=0), False)
+    before, after = _records(out)
+    assert before["status"] == "answered" and before["frames_seen"] == 4  # frames at 0 to 3 s
+    assert after["status"] == "skipped" and "is damaged after 0:04" in after["reason"]
+    assert summary["skipped_by_reason"] == {"video damaged": 1}
 
 
 def _check_forward(item: ForwardItem, record: dict) -> None:

@@ -1,13 +1,18 @@
-"""Awkward videos through the whole engine path (CLI): empty, tiny, short and huge ones."""
+"""Awkward videos through the whole engine path (CLI): empty, tiny, short and huge ones, and every
+kind of file that browsers, phones and cameras write (tests/corpus.py)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from hermes.cli.main import main
 from hermes.video.clips import make_clip
+from tests.corpus import DAMAGED, DAMAGED_AFTER_S, REFUSED, STREAMED, Clip
 
 SMALL = ["--chunk-frames", "4", "--fps", "1", "--budget", "300", "--max-new-tokens", "2", "--json"]
 
@@ -43,3 +48,48 @@ def test_zero_frame_and_empty_files(tmp_path, capsys):
     assert main(["stream", str(no_frames), "--model", "tiny", *SMALL]) == 2
     err = capsys.readouterr().err
     assert "no_frames.mp4" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("clip", STREAMED, ids=lambda clip: clip.name)
+def test_every_kind_of_video_streams(corpus, capsys, clip: Clip):
+    assert main(["stream", str(corpus[clip.name]), "--model", "tiny", *SMALL]) == 0
+    chunks = [e for e in _events(capsys) if e["event"] == "chunk"]
+    assert chunks[-1]["frames_seen"] == clip.frames
+
+
+@pytest.mark.parametrize("clip", REFUSED, ids=lambda clip: clip.name)
+def test_files_without_a_readable_video_are_refused_with_the_reason(corpus, capsys, clip: Clip):
+    assert main(["stream", str(corpus[clip.name]), "--model", "tiny", *SMALL]) == 2
+    out = capsys.readouterr()
+    assert out.err == f"error: Cannot read video '{clip.name}': {clip.refused}\n"
+    assert [json.loads(line)["event"] for line in out.out.splitlines()] == ["error"]
+
+
+def test_a_damaged_file_streams_to_its_last_good_frame_and_is_asked_about(corpus, capsys, llava_lm):
+    # The question's time is past the damage: it is answered from what was read. (`llava_lm` has the
+    # tiny model built already, so that stderr holds only what the command says.)
+    args = ["stream", str(corpus[DAMAGED.name]), "--model", "tiny", "--ask", "6:What is there?", *SMALL]
+    assert main(args) == 2
+    out = capsys.readouterr()
+    events = [json.loads(line) for line in out.out.splitlines()]
+    good = DAMAGED_AFTER_S + 1  # frames at 0, 1, ... 4 s
+    assert [e for e in events if e["event"] == "chunk"][-1]["frames_seen"] == good
+    [answer] = [e for e in events if e["event"] == "answer"]
+    assert answer["frames_seen"] == good and answer["frames_in_memory"] == good
+    sentence = (
+        f"'{DAMAGED.name}' is damaged after 0:0{DAMAGED_AFTER_S}: the stream stopped at the last good frame, "
+        "and what was read stays in memory."
+    )
+    assert events[-1] == {"event": "error", "message": sentence}
+    assert out.err == f"error: {sentence}\n"
+
+
+def test_a_bad_file_is_one_error_line_on_stderr(tmp_path):
+    # A subprocess, so that whatever decord writes from C++ to descriptor 2 would show.
+    notes = tmp_path / "notes.mp4"
+    notes.write_text("this is not a video\n" * 50)
+    root = Path(__file__).resolve().parents[1]
+    command = [sys.executable, "-m", "hermes", "stream", str(notes), "--model", "tiny"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "error: Cannot read video 'notes.mp4': not a video file, or its header is damaged\n"

@@ -5,18 +5,27 @@ Needs ffmpeg on PATH (Debian: apt-get install -y ffmpeg) to make the clips.
 
 from __future__ import annotations
 
+import io
+import os
+import re
 import shutil
+import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from hermes.video import clips
 from hermes.video.chunking import Chunker
 from hermes.video.clips import ClipError, make_clip
 from hermes.video.decoding import (
+    UntilDamage,
+    VideoDamaged,
     VideoError,
     VideoFile,
+    check_start,
     fit_size,
     iter_frames,
     letterbox,
@@ -25,6 +34,9 @@ from hermes.video.decoding import (
     sample_times,
     to_rgb_uint8,
 )
+from hermes.video.native import quiet_native
+from hermes.video.reader import unpad
+from tests.corpus import DAMAGED, DAMAGED_AFTER_S
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 RED = (255, 0, 0)
@@ -193,7 +205,7 @@ def _assert_video_error(path: Path, *, match: str | None = None) -> None:
     assert isinstance(ei.value, ValueError)
     assert path.name in str(ei.value)
     if match:
-        assert match in ei.value.reason
+        assert re.search(match, ei.value.reason), ei.value.reason
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -218,27 +230,37 @@ def test_directory_is_rejected(tmp_path: Path) -> None:
     _assert_video_error(d)
 
 
-@pytest.mark.parametrize("how", ["truncate_half", "zero_header", "flip_data"])
-def test_corrupt_file(clip5: Path, tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    # Without its header, FFmpeg may take the file for another format that it then cannot decode.
+    [("zero_header", "not a video file|the decoder cannot read"), ("flip_data", "the first frame cannot be decoded")],
+)
+def test_corrupt_file(clip5: Path, tmp_path: Path, how: str, reason: str) -> None:
     data = bytearray(clip5.read_bytes())
     mdat = data.find(b"mdat")
     assert 0 < mdat < len(data) // 4  # make_clip writes mp4 with +faststart: index first
-    if how == "truncate_half":
-        data = data[: len(data) // 2]
-    elif how == "zero_header":
+    if how == "zero_header":
         data[: mdat + 8] = bytes(mdat + 8)
     else:  # damage every 7th byte of the frame data, keep the index intact
         for k in range(mdat + 8, len(data), 7):
             data[k] ^= 0xFF
     p = tmp_path / f"corrupt_{how}.mp4"
     p.write_bytes(bytes(data))
-    _assert_video_error(p)
+    _assert_video_error(p, match=reason)
+
+
+def test_a_file_cut_short_streams_what_it_holds(clip5: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut_short.mp4"  # a download that stopped half-way: the index is whole, the data not
+    cut.write_bytes(clip5.read_bytes()[: clip5.stat().st_size // 2])
+    frames = list(iter_frames(cut, 1.0))
+    assert 1 <= len(frames) < 5
+    np.testing.assert_allclose([f.t for f in frames], range(len(frames)), atol=1e-3)
 
 
 def test_zero_frame_video(tmp_path: Path) -> None:
     p = make_clip(tmp_path / "zero_frames.mp4", 0.0)
     assert p.stat().st_size > 0
-    _assert_video_error(p, match="0 frames")
+    _assert_video_error(p, match="no video stream")
 
 
 def test_make_clip_without_ffmpeg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -252,6 +274,129 @@ def test_make_clip_rejects_bad_arguments(tmp_path: Path) -> None:
         make_clip(tmp_path / "x.mp4", 1.0, needles={2.0: "red"})
     with pytest.raises(ValueError, match="colour"):
         make_clip(tmp_path / "x.mp4", 1.0, needles={0.0: "red:t=1"})
+
+
+# --------------------------------------------------------------------------- files as devices write them
+
+
+def reference_frame(path: Path, at_s: float) -> np.ndarray:
+    """The frame FFmpeg itself shows at `at_s` (rotation applied), as RGB: what decoding must match."""
+    cmd = [clips.ffmpeg_path(), "-v", "error", "-ss", f"{at_s:.3f}", "-i", str(path), "-frames:v", "1"]
+    out = subprocess.run([*cmd, "-f", "image2pipe", "-c:v", "ppm", "-"], capture_output=True, check=True).stdout
+    return np.asarray(Image.open(io.BytesIO(out)).convert("RGB"))
+
+
+def assert_like_ffmpeg(path: Path, frames: list, tol: float = 3.0) -> None:
+    for frame in frames:
+        ref = reference_frame(path, frame.t)
+        assert frame.image.shape == ref.shape
+        assert np.abs(frame.image.astype(int) - ref).mean() < tol, f"{path.name} at {frame.t} s"
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        ("hevc.mp4", "threaded batches"),  # as H.264 and the rest: FFmpeg's threads stay on
+        ("vp9.webm", "single-threaded batches"),  # decord's threaded VP9 decoding fails
+        ("tiny_16x16.mp4", "one frame at a time"),  # decord cannot copy such frames into a batch
+        ("tall_32x1024.mp4", "one frame at a time"),  # 24 px wide once downscaled: the same
+    ],
+)
+def test_each_file_is_read_the_fastest_way_that_works(corpus: dict[str, Path], name: str, mode: str) -> None:
+    with VideoFile(corpus[name]) as vf:
+        frames = list(vf.frames(1.0))
+        assert vf.decoder_mode == mode
+    np.testing.assert_allclose([f.t for f in frames], [0, 1], atol=1e-3)
+    if name != "tall_32x1024.mp4":  # FFmpeg's reference is not downscaled
+        assert_like_ffmpeg(corpus[name], frames)
+
+
+def test_padded_rows_are_cut_to_the_frame() -> None:
+    image = np.arange(16 * 32 * 3, dtype=np.uint8).reshape(16, 32, 3)  # rows padded to 32 px
+    padded = image.reshape(16, 16, 6)  # how decord shapes a 16 px wide frame with such rows
+    np.testing.assert_array_equal(unpad(padded), image[:, :16])
+    assert unpad(image) is image
+
+
+def test_rotated_phone_videos_come_out_upright(corpus: dict[str, Path]) -> None:
+    for name in ("iphone.mov", "android.mp4"):  # 96x64 frames held with rotation metadata
+        frames = list(iter_frames(corpus[name], 1.0))
+        assert [f.image.shape for f in frames] == [(96, 64, 3)] * 2
+        assert_like_ffmpeg(corpus[name], frames)
+
+
+def test_variable_frame_rate_follows_the_stream_timestamps(corpus: dict[str, Path]) -> None:
+    frames = list(iter_frames(corpus["variable_rate.mp4"], 1.0))
+    # 10 frames in the first second, then one every 0.2 s: the frame at 2 s is frame 15, not 20.
+    assert [f.source_index for f in frames] == [0, 10, 15]
+    assert_like_ffmpeg(corpus["variable_rate.mp4"], frames)
+
+
+def test_a_browser_recording_is_read_through_a_fresh_container(corpus: dict[str, Path]) -> None:
+    with VideoFile(corpus["browser_recording.webm"]) as vf:  # no duration, no index: decord refuses it
+        copy = vf._remuxed
+        assert copy is not None and copy.exists()
+        assert len(list(vf.frames(1.0))) == 2
+    assert not copy.exists()
+
+
+def test_a_damaged_file_yields_every_good_frame_then_says_where(corpus: dict[str, Path]) -> None:
+    path = corpus[DAMAGED.name]
+    with VideoFile(path) as vf:
+        frames = UntilDamage(vf.frames(1.0))
+        assert [f.t for f in frames] == [0.0, 1.0, 2.0, 3.0, 4.0]  # the frame at 5 s needs the zeroed one
+        assert frames.damage is not None and frames.damage.good_until_s == DAMAGED_AFTER_S
+        assert frames.damage.reason == "the file is damaged after 0:04"
+        assert str(frames.damage) == (
+            f"'{path.name}' is damaged after 0:04: the stream stopped at the last good frame, "
+            "and what was read stays in memory."
+        )
+        with pytest.raises(VideoDamaged, match="damaged after 0:04"):
+            list(vf.frames(1.0))
+        # Every frame: 0 to 16 decode (the key frame at 4 s included), 17 is the zeroed one, though
+        # decord's worker thread reads ahead by however far its timing takes it.
+        assert len(list(UntilDamage(vf.frames(None)))) == 17
+    assert check_start(path, 1.0).num_frames == 32  # damaged after the frames Start checks
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("audio_only.mp4", "no video stream"),
+        ("a64.avi", "codec not supported: a64m"),  # a C64 codec that FFmpeg encodes but cannot decode
+        ("damaged_early.mp4", "the file is damaged after 0:02"),  # among the frames Start decodes
+    ],
+)
+def test_refusals_give_the_reason_in_words(corpus: dict[str, Path], name: str, reason: str) -> None:
+    with pytest.raises(VideoError) as info:
+        check_start(corpus[name], 1.0)
+    assert info.value.reason == reason
+
+
+def test_no_native_log_line_reaches_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    notes = tmp_path / "notes.mp4"
+    notes.write_text("this is not a video\n" * 50)  # decord logs "ERROR opening: ..." from C++
+    _assert_video_error(notes, match="not a video file")
+    assert capfd.readouterr().err == ""
+
+
+def test_the_stderr_trap_passes_on_everything_else(capfd: pytest.CaptureFixture[str]) -> None:
+    started, done = threading.Event(), threading.Event()
+
+    def other_thread() -> None:  # writes while the trap is set, as a server's logging would
+        started.wait(5)
+        os.write(2, b"a line from another thread\n")
+        done.set()
+
+    writer = threading.Thread(target=other_thread)
+    writer.start()
+    with quiet_native():
+        os.write(2, b"[12:00:00] /project/src/video/video_reader.cc:83: ERROR opening: x, End of file\n")
+        os.write(2, b"[h264 @ 0x55e85d25dcc0] error while decoding MB 0 0\n")
+        started.set()
+        assert done.wait(5)
+    writer.join()
+    assert capfd.readouterr().err == "a line from another thread\n"
 
 
 # --------------------------------------------------------------------------- chunking

@@ -268,12 +268,13 @@ class Callbacks:
         try:
             ticket = stream.ask(question)
         except QuestionError as exc:
+            if not (question or "").strip():  # nothing for the chat to show: the error is the answer
+                raise gr.Error(str(exc)) from exc
             gr.Warning(str(exc))
-            if (question or "").strip():
-                shown = question.strip()
-                shown = shown if len(shown) <= 300 else shown[:300] + f"… ({len(shown):,} characters)"
-                stream.chat.add({"role": "user", "content": shown})
-                stream.chat.add(error_message(str(exc)))
+            shown = question.strip()
+            shown = shown if len(shown) <= 300 else shown[:300] + f"… ({len(shown):,} characters)"
+            stream.chat.add({"role": "user", "content": shown})
+            stream.chat.add(error_message(str(exc)))
             yield stream.chat.messages(), gr.skip()
             return
         # Chat writes carry the ticket's generation: after a Reset they land nowhere.

@@ -22,6 +22,9 @@ QUEUE_MAX_SIZE = 64
 ASK_CONCURRENCY = 8
 DEFAULT_CONCURRENCY = 4  # events without their own limit (the tab-closed handler)
 MAX_UPLOAD = "200mb"  # larger uploads are refused by Gradio before they reach the app
+# What the upload box takes: any video/* type, animated GIFs, and the phone and camcorder extensions
+# that Python's mime table leaves out or files as something else (.3gp as audio, .mts as a 3D model).
+UPLOAD_TYPES = ["video", ".gif", ".3gp", ".3g2", ".mts", ".m2ts", ".ts"]
 
 MAP_CAPTION = (
     "**Retained-token map.** Each row is a decoder layer (shallow at the bottom, deep at the top); each column "
@@ -129,7 +132,7 @@ def build_app(
                         sample = gr.Dropdown(list(SAMPLES), value=DEFAULT_SAMPLE, label="Bundled clip")
                         start_sample = gr.Button("▶ Stream the sample", variant="primary", elem_id="start-sample")
                     with gr.Tab("Upload"):
-                        upload = gr.File(label="Video file", file_types=["video"], type="filepath", height=120)
+                        upload = gr.File(label="Video file", file_types=UPLOAD_TYPES, type="filepath", height=120)
                         start_upload = gr.Button("▶ Stream the upload", variant="primary", elem_id="start-upload")
                     with gr.Tab("Webcam"):
                         webcam = gr.Image(

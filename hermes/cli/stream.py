@@ -121,11 +121,11 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     from hermes.engine.session import AnswerUpdate
     from hermes.serving.replay import parse_ask, replay
-    from hermes.video.decoding import iter_frames, probe
+    from hermes.video.decoding import UntilDamage, check_start, iter_frames
 
     questions = [parse_ask(a) for a in args.ask]
     _check_watches(args)
-    info = probe(args.video)
+    info = check_start(args.video, config_from_args(args).fps)  # a bad file fails before the model loads
     session = _session(args)
     session.standing.set_threshold(args.watch_threshold)
     session.standing.answer_tokens = args.max_new_tokens
@@ -136,9 +136,10 @@ def cmd_stream(args: argparse.Namespace) -> int:
         print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
     bar = tqdm(total=max(1, int(info.duration * fps) + 1), unit="frame", disable=args.json, file=sys.stderr)
     shown = 0
-    for event in replay(
-        session, iter_frames(args.video, fps), questions, speed=args.speed, max_new_tokens=args.max_new_tokens
-    ):
+    # A damaged file streams to its last good frame, the questions are answered from what was read,
+    # and then its error ends the command.
+    frames = UntilDamage(iter_frames(args.video, fps))
+    for event in replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens):
         if not isinstance(event, AnswerUpdate):
             bar.update(event.frames_seen - bar.n)
             if args.json:
@@ -175,4 +176,6 @@ def cmd_stream(args: argparse.Namespace) -> int:
     bar.close()
     if args.watch and not args.json and session.chunks_seen:
         print(session.watch_cost.summary(), file=sys.stderr)
+    if frames.damage is not None:
+        raise frames.damage
     return 0

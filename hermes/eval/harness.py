@@ -27,7 +27,7 @@ from hermes.eval.forward import answer_forward
 from hermes.eval.shard import Shard, merge_lock, merge_parts, part_path
 from hermes.models.base import VideoLM
 from hermes.serving.replay import play
-from hermes.video.decoding import VideoError, iter_frames
+from hermes.video.decoding import UntilDamage, VideoError, iter_frames
 
 ANSWERED, SKIPPED = "answered", "skipped"
 
@@ -141,7 +141,8 @@ def _stream_video(
     """Stream one video (from the items' start to their end) and yield a record per question.
 
     Questions are asked in time order once the stream has passed their time; questions without a
-    time, or past the end, after the last frame.
+    time, or past the end, after the last frame. In a file damaged part-way, the questions from the
+    damage on (and those without a time) are skipped with the reason.
     """
     session.reset()
     config = session.config
@@ -151,10 +152,15 @@ def _stream_video(
     if len(timed) == len(items):  # every question has a time: decode no further than the last one needs
         last = max(timed) + 1.0 / config.fps
         end = last if end is None else min(end, last)
-    frames = iter_frames(path, config.fps, start=first.start_s, end=end)
+    frames = UntilDamage(iter_frames(path, config.fps, start=first.start_s, end=end))
     for event in play(session, frames, items, lambda it: it.at_s, stop_when_done=True):
         if isinstance(event, Item):
-            yield _ask(session, event, letter_ids, settings)
+            damage = frames.damage
+            # Asked before the frame that failed, a question sees what it would in a whole file.
+            if damage is not None and (event.at_s is None or event.at_s >= damage.at_s):
+                yield _skip(event, str(damage))
+            else:
+                yield _ask(session, event, letter_ids, settings)
 
 
 def _ask(session: StreamingSession, item: Item, letter_ids: list[list[int]], settings: EvalSettings) -> dict:
@@ -327,6 +333,7 @@ _REASON_KINDS = {
     "ambiguous": "ambiguous video name",
     "is a folder": "video is a folder",
     "Cannot read video": "Cannot read video",
+    "is damaged": "video damaged",
     "characters long": "question too long",
 }
 

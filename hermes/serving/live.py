@@ -32,7 +32,7 @@ from hermes.serving.state import Lifecycle, StreamState
 from hermes.serving.view import LiveView, StreamStatus, metrics_of, stream_status, watch_metrics
 from hermes.serving.watching import Watchlist
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
-from hermes.video.decoding import VideoInfo, probe
+from hermes.video.decoding import VideoInfo, check_start
 
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
 # falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
@@ -111,9 +111,10 @@ class LiveStream:
 
     def start_file(self, path: str | Path, speed: str = "1x", settings: StreamSettings | None = None) -> VideoInfo:
         """Start streaming a video file from its beginning into fresh memories. VideoError (with
-        the file name) at once for a file that cannot be decoded; Busy when admission refuses."""
+        the file name) at once for a file whose first frames cannot be decoded; Busy when admission
+        refuses."""
         settings = settings or self.settings
-        info = probe(path)
+        info = check_start(path, settings.fps)
         self.set_speed(speed)
         if self._admit is not None:
             self._admit(self, settings)

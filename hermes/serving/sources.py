@@ -19,7 +19,7 @@ import numpy as np
 
 from hermes.engine.chunk import Chunk
 from hermes.video.chunking import Chunker
-from hermes.video.decoding import VideoError, VideoFile
+from hermes.video.decoding import UntilDamage, VideoError, VideoFile
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ class FileSource:
 
     `has_room(timeout)` waits up to `timeout` seconds for the consumer to have room for a chunk.
     When the file ends, the last partial chunk goes out, then `on_end()` is called; a file that
-    cannot be decoded calls `on_error(message)` instead.
+    cannot be decoded calls `on_error(message)` instead, and a file damaged further in, after its
+    last good frame has gone out.
     """
 
     def __init__(
@@ -170,7 +171,8 @@ class FileSource:
     def _run(self) -> None:
         try:
             with VideoFile(self.path) as video:
-                for frame in video.frames(self._fps):
+                frames = UntilDamage(video.frames(self._fps))  # a damaged file ends at its last good frame
+                for frame in frames:
                     if not self._wait(frame.t):  # also where a paused stream waits
                         break
                     self._clock.seen(frame.t)
@@ -189,7 +191,9 @@ class FileSource:
             tail = self._chunker.flush()
             if tail is not None:
                 self._on_chunk(tail)
-        if not self._stop.is_set():
+        if frames.damage is not None:  # after the frames before it went out
+            self._on_error(str(frames.damage))
+        elif not self._stop.is_set():
             # Only now, with the last chunk handed on: "ended" with nothing queued means done.
             self._on_end()
 

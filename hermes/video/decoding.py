@@ -5,7 +5,10 @@ Frames are always uint8 RGB numpy arrays of shape (H, W, 3). Two sources feed th
 
 * files: ``VideoFile(path).frames(fps)`` decodes lazily, a batch of frames at a time, so
   a 30-minute video never sits in RAM. Frames larger than ``max_side`` (default 768 px on
-  the longer side) are downscaled by decord while decoding, aspect kept.
+  the longer side) are downscaled by decord while decoding, aspect kept. The decoder's
+  fallbacks are in ``hermes.video.reader``; a file damaged part-way yields its good frames,
+  then raises ``VideoDamaged`` (``UntilDamage`` turns that into a clean end), and
+  ``check_start`` is what Start asks before it says "Streaming".
 * webcam: ``Chunker.push(array)`` takes arrays of any supported layout (RGB, RGBA,
   grayscale, float in [0, 1]) and of varying sizes, and brings them all to one size.
 
@@ -17,27 +20,24 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from hermes.video.errors import VideoDamaged, VideoError
+from hermes.video.native import ffmpeg_tool, remux
+from hermes.video.reader import FrameFailed, FrameReader, OpenFailed, open_reason
+
 DEFAULT_MAX_SIDE = 768
+# Sampled frames that Start decodes before it says "Streaming" (the first few seconds at 1 fps).
+START_CHECK_FRAMES = 4
 # Timestamps from containers are float32-ish (0.1 -> 0.10000000149); compare with slack.
 _EPS = 1e-3
-
-
-class VideoError(ValueError):
-    """A video file cannot be used: missing, empty, not a video, corrupt or without frames."""
-
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
-        self.path = str(path)
-        self.reason = reason
-        super().__init__(f"Cannot read video '{Path(path).name}': {reason}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,56 +200,18 @@ def sample_indices(
 
 # --------------------------------------------------------------------------- decoding
 
-_decord_lock = threading.Lock()
-_decord_ready = False
-
-
-def _decord():
-    """Import decord lazily (webcam-only use does not need it) and quieten ffmpeg's logs:
-    errors reach the caller as VideoError. Set HERMES_VIDEO_DEBUG=1 to see them."""
-    global _decord_ready
-    try:
-        import decord
-    except ImportError as e:  # e.g. platforms without decord wheels
-        raise ImportError("decord is needed to read video files: pip install decord") from e
-    with _decord_lock:
-        if not _decord_ready:
-            if not os.environ.get("HERMES_VIDEO_DEBUG"):
-                decord.logging.set_level(decord.logging.QUIET)
-            _decord_ready = True
-    return decord
-
-
-_LOG_PREFIX = re.compile(r"\[\d\d:\d\d:\d\d\]\s+\S+:\d+:\s*")
-
-
-def _short(e: BaseException) -> str:
-    """A readable reason from a decord error (they carry C++ file/line prefixes)."""
-    text = str(e).strip() or type(e).__name__
-    if "cannot find video stream" in text:
-        return "no video stream (0 frames)"
-    if text.startswith("Error reading"):
-        return "not a video file, or its header/index is damaged"
-    lines = [_LOG_PREFIX.sub("", ln).strip() for ln in text.splitlines()]
-    msg = next((ln for ln in reversed(lines) if ln), text)
-    return msg[-200:]
-
 
 class VideoFile:
     """A video file opened for lazy, fps-sampled decoding.
 
-    Opening checks the file (exists, non-empty), reads the index and decodes the first
-    frame, so a bad file fails here with VideoError naming the file. Not thread-safe:
-    use one VideoFile per consumer thread.
+    Opening checks the file (exists, non-empty), reads the index and decodes the first frame, so a
+    bad file fails here with VideoError naming the file and the reason. A file that decord cannot
+    open by itself (a browser recording without a duration, Ogg, an MPEG program stream) is first
+    copied, stream untouched, into a fresh container with ffmpeg (`hermes.video.native.remux`); that
+    copy lives until `close`. Not thread-safe: use one VideoFile per consumer thread.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        max_side: int | None = DEFAULT_MAX_SIDE,
-        num_threads: int = 0,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, max_side: int | None = DEFAULT_MAX_SIDE) -> None:
         self.path = Path(path)
         if not self.path.exists():
             raise VideoError(path, "file not found")
@@ -257,21 +219,16 @@ class VideoFile:
             raise VideoError(path, "not a regular file")
         if self.path.stat().st_size == 0:
             raise VideoError(path, "file is empty (0 bytes)")
-        decord = _decord()
-        self._num_threads = num_threads
-        try:
-            vr = decord.VideoReader(str(self.path), ctx=decord.cpu(0), num_threads=num_threads)
-            n = len(vr)
-        except Exception as e:  # decord raises RuntimeError/DECORDError/AssertionError
-            raise VideoError(path, f"cannot open: {_short(e)}") from e
+        self._remuxed: Path | None = None
+        reader, first = self._open_first()
+        n = len(reader)
         if n <= 0:
             raise VideoError(path, "video has no frames")
         try:
-            first = vr[0].asnumpy()
-            ts = np.asarray(vr.get_frame_timestamp(list(range(n))), dtype=np.float64)
-            avg_fps = float(vr.get_avg_fps())
+            ts = reader.timestamps()
+            avg_fps = reader.avg_fps()
         except Exception as e:
-            raise VideoError(path, f"cannot decode the first frame: {_short(e)}") from e
+            raise VideoError(path, open_reason(e, self.path).reason) from e
         height, width = int(first.shape[0]), int(first.shape[1])
 
         # Normalise timestamps so the first frame is at t = 0 (containers may start later).
@@ -292,16 +249,10 @@ class VideoFile:
         if (out_w, out_h) != (width, height):
             # Let decord scale while decoding: a 4K frame is never held at full size.
             try:
-                vr = decord.VideoReader(
-                    str(self.path),
-                    ctx=decord.cpu(0),
-                    width=out_w,
-                    height=out_h,
-                    num_threads=num_threads,
-                )
-            except Exception as e:
-                raise VideoError(path, f"cannot reopen for resizing: {_short(e)}") from e
-        self._vr = vr
+                reader = FrameReader(reader.path, (out_w, out_h))
+            except OpenFailed as e:
+                raise VideoError(path, e.reason) from e
+        self._reader: FrameReader | None = reader
         self.info = VideoInfo(
             path=str(self.path),
             duration=float(end),
@@ -312,16 +263,49 @@ class VideoFile:
             frame_size=(out_w, out_h),
         )
 
+    def _open_first(self) -> tuple[FrameReader, np.ndarray]:
+        """A reader over the file (or over a remuxed copy of it) and its first frame."""
+        try:
+            reader = FrameReader(self.path)
+            return reader, reader.first_frame()
+        except OpenFailed as e:
+            failed = e
+        self._remuxed = remux(self.path) if failed.container else None
+        if self._remuxed is None:
+            rewritable = failed.container and not ffmpeg_tool("ffmpeg")
+            hint = " (install ffmpeg to have its container rewritten)" if rewritable else ""
+            raise VideoError(self.path, failed.reason + hint) from failed
+        self._cleanup = weakref.finalize(self, self._remuxed.unlink, missing_ok=True)
+        try:
+            reader = FrameReader(self._remuxed)
+        except OpenFailed as e:
+            self.close()
+            raise VideoError(self.path, failed.reason) from e  # the copy got no further than the file
+        try:
+            return reader, reader.first_frame()
+        except OpenFailed as e:
+            self.close()
+            raise VideoError(self.path, e.reason) from e
+
     # -- context manager / cleanup
     def close(self) -> None:
-        """Free the decoder (the object cannot decode afterwards)."""
-        self._vr = None
+        """Free the decoder and any remuxed copy (the object cannot decode afterwards)."""
+        self._reader = None
+        if self._remuxed is not None:
+            self._cleanup()
 
     def __enter__(self) -> VideoFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def decoder_mode(self) -> str:
+        """How decord reads this file so far (see `FrameReader.mode`); a failing batch changes it."""
+        if self._reader is None:
+            raise VideoError(self.path, "video was closed")
+        return self._reader.mode
 
     @property
     def frame_times(self) -> np.ndarray:
@@ -346,10 +330,10 @@ class VideoFile:
     ) -> Iterator[Frame]:
         """Yield frames sampled at ``fps`` (None: every frame) from ``start`` to ``end`` s.
 
-        Decodes ``batch_size`` frames at a time (memory stays bounded). Decoding errors
-        in the middle of a file (truncated or damaged data) raise VideoError.
+        Decodes ``batch_size`` frames at a time (memory stays bounded). A file damaged further in
+        yields every frame up to the last good one, then raises VideoDamaged saying where.
         """
-        if self._vr is None:
+        if self._reader is None:
             raise VideoError(self.path, "video was closed")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -357,25 +341,63 @@ class VideoFile:
         return self._iter(idx, times, batch_size)
 
     def _iter(self, idx: np.ndarray, times: np.ndarray, batch_size: int) -> Iterator[Frame]:
+        good_until: float | None = None
         for b0 in range(0, len(idx), batch_size):
-            bidx = idx[b0 : b0 + batch_size]
-            vr = self._vr
-            if vr is None:
+            reader = self._reader
+            if reader is None:
                 raise VideoError(self.path, "video was closed")
+            bidx = idx[b0 : b0 + batch_size]
+            position = b0
             try:
-                batch = vr.get_batch([int(i) for i in bidx]).asnumpy()
-            except Exception as e:
-                raise VideoError(
-                    self.path,
-                    f"decoding failed at frames {int(bidx[0])}..{int(bidx[-1])}: {_short(e)}",
-                ) from e
-            for j in range(batch.shape[0]):
-                yield Frame(batch[j], float(times[b0 + j]), int(bidx[j]))
+                for image in reader.read(bidx):
+                    yield Frame(image, float(times[position]), int(idx[position]))
+                    good_until, position = float(times[position]), position + 1
+            except (FrameFailed, OpenFailed) as e:
+                raise VideoDamaged(self.path, good_until, float(times[position])) from e
+
+
+class UntilDamage:
+    """Frames up to the last good one: iterating ends where the file turns out to be damaged, and
+    `damage` then holds the VideoDamaged that says where (None when the file ended normally). For
+    consumers that must finish with what was read: the CLI, the eval harness, a live stream."""
+
+    def __init__(self, frames: Iterable[Frame]) -> None:
+        self._frames = iter(frames)
+        self.damage: VideoDamaged | None = None
+
+    def __iter__(self) -> UntilDamage:
+        return self
+
+    def __next__(self) -> Frame:
+        try:
+            return next(self._frames)
+        except VideoDamaged as exc:
+            self.damage = exc
+            raise StopIteration from None
 
 
 def probe(path: str | os.PathLike[str], *, max_side: int | None = DEFAULT_MAX_SIDE) -> VideoInfo:
-    """Metadata of a video file (raises VideoError if it cannot be decoded)."""
+    """Metadata of a video file (raises VideoError if it cannot be opened or its first frame decoded)."""
     with VideoFile(path, max_side=max_side) as vf:
+        return vf.info
+
+
+def check_start(
+    path: str | os.PathLike[str],
+    fps: float,
+    *,
+    max_side: int | None = DEFAULT_MAX_SIDE,
+    frames: int = START_CHECK_FRAMES,
+) -> VideoInfo:
+    """What Start checks before it says "Streaming": the file opens and its first `frames` frames at
+    `fps` decode, through the same reader a stream uses. Raises VideoError with the reason otherwise
+    ("the file is damaged after 0:01"); a file damaged further in streams up to the damage."""
+    with VideoFile(path, max_side=max_side) as vf:
+        try:
+            for _ in islice(vf.frames(fps, batch_size=frames), frames):
+                pass
+        except VideoDamaged as exc:
+            raise VideoError(path, exc.reason) from exc
         return vf.info
 
 
