@@ -351,6 +351,11 @@ def test_eval_cli(llava_lm, eval_videos: Path, tmp_path: Path, capsys: pytest.Ca
     )
     with pytest.raises(ValueError, match="--limit"):
         videomme_args.func(videomme_args)
+    # Another benchmark's file: one error line naming the layouts, before any model loads.
+    from hermes.cli.main import main
+
+    assert main(["eval", "--bench", "videomme", "--annotations", str(ann), "--videos", str(eval_videos)]) == 2
+    assert capsys.readouterr().err.startswith("error: ovo.json is not in a layout Video-MME reads. It accepts: [{")
     threads_args = parser.parse_args([*argv, "--threads", "-1"])
     with pytest.raises(ValueError, match="--threads"):  # it used to be ignored
         threads_args.func(threads_args)
