@@ -40,6 +40,18 @@ def lmms_verdicts(table: list[list[str]]) -> dict[str, list]:
     return out
 
 
+def refusals(make: object) -> list[str]:
+    """The errors of model_args the hermes model refuses."""
+    out = []
+    for args in ("pretrained=tiny,colour=red", "pretrained=tiny,policy=nope"):
+        try:
+            make(args, {"batch_size": 1, "device": None})
+            out.append("accepted")
+        except ValueError as exc:
+            out.append(str(exc))
+    return out
+
+
 def main(config_path: str, report_path: str) -> None:
     from lmms_eval.api.instance import Instance
     from lmms_eval.evaluator import simple_evaluate
@@ -74,6 +86,7 @@ def main(config_path: str, report_path: str) -> None:
             for task, samples in results["samples"].items()
         },
         "loglikelihood": model.loglikelihood(requests),
+        "refusals": refusals(get_model("hermes").create_from_arg_string),
         "verdicts": lmms_verdicts(config["table"]),
     }
     Path(report_path).write_text(json.dumps(report, default=str))

@@ -177,6 +177,9 @@ def test_lmms_eval_runs_the_plugin_as_hermes_eval_does(llava_lm, lmms_layout_vid
     assert np.allclose([r[0] for r in report["loglikelihood"]], [e[0] for e in expected], atol=1e-4)
     assert [r[1] for r in report["loglikelihood"]] == [e[1] for e in expected]
 
+    assert report["refusals"][0].startswith("unknown model_args for the hermes model: colour; it takes pretrained")
+    assert report["refusals"][1].startswith("unknown policy 'nope'")
+
     # OVO-Bench's forward tasks: one round per test point, each on its chunk; lmms-eval's score is ours.
     accuracies = []
     for sample in report["samples"]["ovo_forward_hermes"]:

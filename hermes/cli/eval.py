@@ -12,7 +12,6 @@ from hermes.cli.options import (
     check_run_options,
     config_from_args,
     model_options,
-    set_threads,
 )
 
 
@@ -62,7 +61,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from hermes.eval.harness import EvalSettings, run_eval
     from hermes.eval.shard import Shard
     from hermes.eval.summary import official_scores, render_official, render_summary
-    from hermes.models.loading import load_video_lm
+    from hermes.models.loading import load_video_lm, set_threads
 
     spec = BENCHES[args.bench]
     check_run_options(args)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermes.memory.config import HermesConfig
-
-if TYPE_CHECKING:
-    import torch
 
 POLICIES = ("hermes", "fifo", "full")
 MODEL_HELP = "hub id, local folder, 'tiny', 'tiny-qwen' or 'tiny-qwen3'"
@@ -101,15 +98,3 @@ def check_run_options(args: argparse.Namespace) -> None:
     """Refuse a negative --threads before the model loads (torch would silently keep its own count)."""
     if args.threads is not None and args.threads < 0:
         raise ValueError("--threads must be 0 (torch's default) or more")
-
-
-def set_threads(threads: int | None, device: torch.device) -> None:
-    """Apply --threads for the device the model landed on."""
-    import torch
-
-    # One thread by default on a CPU: on a 2-vCPU VM, two OpenMP threads made the TTFT of the tiny
-    # model jump between 25 and 440 ms, against a steady 8-12 ms with one.
-    if threads is None:
-        threads = 1 if device.type == "cpu" else 0
-    if threads > 0:
-        torch.set_num_threads(threads)

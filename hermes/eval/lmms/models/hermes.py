@@ -19,14 +19,16 @@ from lmms_eval.api.model import lmms
 from hermes.eval.harness import EvalSettings
 from hermes.eval.lmms.answerer import StreamAnswerer, default_reindex, video_of
 from hermes.memory.config import HermesConfig
-from hermes.models.loading import DEFAULT_MODEL, load_video_lm
+from hermes.memory.policies import make_policy
+from hermes.models.loading import DEFAULT_MODEL, load_video_lm, set_threads
 
 
 class HermesLMM(lmms):
     """model_args: pretrained (a hub id, a local folder, or 'tiny', 'tiny-qwen', 'tiny-qwen3'),
     policy (hermes, fifo, full), budget, chunk_frames, fps (default: the model's), reindex
-    (default: the paper's, lazy for OVO-Bench and eager for the offline benchmarks), dtype, and
-    frames_fps, the rate of tasks that give frame folders. Decoding is greedy; one process."""
+    (default: the paper's, lazy for OVO-Bench and eager for the offline benchmarks), dtype,
+    frames_fps (the rate of tasks that give frame folders) and threads (torch's CPU threads, as
+    `hermes eval --threads`). Decoding is greedy; one process."""
 
     def __init__(
         self,
@@ -38,6 +40,7 @@ class HermesLMM(lmms):
         reindex: str | None = None,
         dtype: str = "auto",
         frames_fps: float | None = None,
+        threads: int | None = None,
         device: str | None = None,
         batch_size: int | str = 1,
         max_batch_size: int | None = None,
@@ -47,15 +50,17 @@ class HermesLMM(lmms):
         if unknown:
             raise ValueError(
                 f"unknown model_args for the hermes model: {', '.join(sorted(unknown))}; it takes pretrained, policy, "
-                "budget, chunk_frames, fps, reindex, dtype and frames_fps"
+                "budget, chunk_frames, fps, reindex, dtype, frames_fps and threads"
             )
         self.lm = load_video_lm(str(pretrained), device=device, dtype=dtype)
+        set_threads(None if threads is None else int(threads), self.lm.device)  # as `hermes eval`: one on a CPU
         fps = self.lm.default_fps if fps is None else float(fps)
         # Built now so that a bad option fails before any request; each task then gets its re-indexing.
         self.config = HermesConfig(
             budget=int(budget), chunk_frames=int(chunk_frames), fps=fps, reindex=reindex or "lazy"
         )
         self.policy = str(policy)
+        make_policy(self.policy, self.config)  # an unknown policy fails now, not at the first request
         self.reindex = reindex
         self.frames_fps = None if frames_fps is None else float(frames_fps)
         self.settings = EvalSettings()
