@@ -13,6 +13,7 @@ from hermes.eval.items import AnnotationError, ForwardItem, ProactiveItem, Video
 from hermes.eval.mvbench import load_mvbench
 from hermes.eval.streamingbench import load_streamingbench
 from tests.eval_helpers import (
+    VIDEOMME_ROWS,
     mvbench,
     ovobench,
     streamingbench,
@@ -167,6 +168,13 @@ def test_videomme(layout: str, tmp_path: Path) -> None:
     first = items[0]
     assert first.prompt == VIDEOMME_PROMPT and first.stop == ("\n\n",) and first.rule == "videomme"
     assert first.video_dirs == (VideoDir("data"),)  # lmms-eval keeps them in videomme/data
+
+
+def test_one_line_and_wrapped_files(tmp_path: Path) -> None:
+    one = write_json(tmp_path / "one.jsonl", VIDEOMME_ROWS[:1], lines=True)  # a single object
+    assert [i.qid for i in load_videomme(one)[0]] == ["001-1"]
+    wrapped = write_json(tmp_path / "wrapped.json", {"data": VIDEOMME_ROWS[:2]})
+    assert [i.qid for i in load_videomme(wrapped)[0]] == ["001-1", "001-2"]
 
 
 def test_parquet_without_an_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -183,11 +183,11 @@ def load_data(path: Path) -> Any:
 
 
 def records(data: Any, path: Path) -> list:
-    """The list of entries of a document (some exports wrap it, e.g. {"data": [...]})."""
+    """The list of entries of a document: a list, a list wrapped alone in an object (some exports
+    write {"data": [...]}), or one object (a JSON-lines file of one line)."""
     if isinstance(data, dict):
-        lists = [v for v in data.values() if isinstance(v, list)]
-        if len(lists) == 1:
-            return lists[0]
+        values = list(data.values())
+        return values[0] if len(values) == 1 and isinstance(values[0], list) else [data]
     if not isinstance(data, list):
         raise AnnotationError(f"{path}: expected a list of entries, got {type(data).__name__}")
     return data
