@@ -40,15 +40,23 @@ CORE = (
 INSTALL_TIMEOUT_S = 1800
 
 
-def core_versions() -> dict[str, str]:
-    return {name: importlib.metadata.version(name) for name in CORE}
+def installed(names: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The versions of those of `names` that are installed here (a package may come under another
+    distribution's name, as decord under decord2)."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
 
 
 def lmms_python(cache: Path) -> Path:
     """The Python of an environment with lmms-eval, built under `cache` on first need."""
     venv = cache / f"lmms-eval-{LMMS_EVAL.split('==')[1]}"
     python = venv / "bin" / "python"
-    want = {"python": sys.executable, "site": site.getsitepackages(), "core": core_versions(), "extra": list(EXTRA)}
+    want = {"python": sys.executable, "site": site.getsitepackages(), "core": installed(CORE), "extra": list(EXTRA)}
     stamp = venv / "hermes-stamp.json"
     cache.mkdir(parents=True, exist_ok=True)
     with (cache / "lmms-eval.lock").open("w") as lock:
