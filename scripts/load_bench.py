@@ -31,12 +31,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes.bench import device_label, load_bench_model, synthetic_chunk
-from hermes.cli.options import set_threads
 from hermes.engine.batch import BatchDecoder
 from hermes.engine.metrics import now_ms
 from hermes.engine.session import MAX_NEW_TOKENS, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
+from hermes.models.loading import set_threads
 
 QUESTIONS = [
     "What is happening in the video?",

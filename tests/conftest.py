@@ -68,3 +68,32 @@ def worker():
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Videos as browsers, phones and cameras write them (tests/corpus.py), made once per session."""
     return make_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="session")
+def eval_videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Clips in the layouts the benchmarks use (MVBench's original: whole videos and a folder of
+    frames at 3 fps), plus a file that is not a video."""
+    from tests.eval_helpers import frames_folder
+
+    root = tmp_path_factory.mktemp("videos")
+    make_clip(root / "videos" / "long.mp4", 12.0, fps=4, size=(96, 64), needles={5.0: "red"})
+    make_clip(root / "Ego4D" / "clips" / "ego.mp4", 8.0, fps=4, size=(96, 64))
+    make_clip(root / "vmme001.mp4", 8.0, fps=4, size=(96, 64))
+    make_clip(root / "star" / "Charades_v1_480" / "ch1.mp4", 8.0, fps=4, size=(96, 64))
+    make_clip(root / "perception" / "videos" / "ch1.mp4", 3.0, fps=4, size=(96, 64))
+    frames_folder(root / "tvqa" / "frames_fps3_hq" / "s01e01_clip", 15)  # 5 s at 3 fps
+    (root / "broken.mp4").write_bytes(b"this is not a video file at all" * 50)
+    return root
+
+
+@pytest.fixture(scope="session")
+def lmms_layout_videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MVBench's videos as lmms-eval keeps them ($HF_HOME/mvbench_video): the bounded tasks' clips
+    already cut (3 s, where the original clips stream 4 and 2 s), and Video-MME's under videomme/data."""
+    root = tmp_path_factory.mktemp("hf")
+    make_clip(root / "mvbench_video" / "star" / "Charades_segment" / "ch1.mp4", 3.0, fps=4, size=(96, 64))
+    make_clip(root / "mvbench_video" / "perception" / "videos" / "ch1.mp4", 3.0, fps=4, size=(96, 64))
+    make_clip(root / "mvbench_video" / "tvqa" / "video_fps3_hq_segment" / "s01e01_clip.mp4", 3.0, fps=3, size=(96, 64))
+    make_clip(root / "videomme" / "data" / "vmme001.mp4", 6.0, fps=4, size=(96, 64))
+    return root

@@ -212,3 +212,18 @@ def test_lazy_compaction_is_reported_as_reindexing(llava_lm):
     assert all(r.reindex_ms > 0 and r.reindex_ms <= r.compress_ms for r in lazy)
     assert all(r.reindex_ms == 0 for r in reports if not r.reindexed)
     assert all(r.guidance_ms <= r.compress_ms for r in reports)
+
+
+def test_a_question_past_the_reserved_margin_then_more_chunks(qwen_lm) -> None:
+    """A question longer than the room reserved after the memory grows the cache while the model
+    runs in inference mode; the chunks after it still evict in place (they used to fail)."""
+    from hermes.engine.session import QUESTION_MARGIN
+
+    session = _session(qwen_lm, budget=40)
+    session.ingest(random_chunk(0, FRAMES, seed=1))
+    question = "x" * (2 * QUESTION_MARGIN)  # one token per character with the tiny byte-level tokenizer
+    assert qwen_lm.question_ids(question).shape[-1] > QUESTION_MARGIN
+    session.ask(question, 2)
+    for index in (1, 2):
+        report = session.ingest(random_chunk(index, FRAMES, seed=index + 1))
+    assert report.evicted > 0 and session.ask("And now?", 2).done

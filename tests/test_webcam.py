@@ -96,8 +96,9 @@ def test_the_webcam_streams_into_the_memory_and_stops_with_the_recording(camera_
     # Every frame read went in, but those of chunks dropped while the model was busy (a live source
     # cannot wait).
     assert wait_for(
-        lambda: (s := stream.status()).frames_read == stream.view().frames_seen + s.dropped_frames
-        and not s.queued_chunks
+        lambda: (
+            (s := stream.status()).frames_read == stream.view().frames_seen + s.dropped_frames and not s.queued_chunks
+        )
     )
     seen = stream.view().frames_seen
     page.wait_for_timeout(2500)  # two more chunks' worth of time

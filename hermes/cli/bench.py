@@ -12,7 +12,6 @@ from hermes.cli.options import (
     check_run_options,
     config_from_args,
     model_options,
-    set_threads,
 )
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20}
@@ -112,6 +111,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         write_html,
         write_json,
     )
+    from hermes.models.loading import set_threads
 
     check_run_options(args)
     # Every option is checked before the model loads, which takes minutes for the 7B ones.

@@ -12,11 +12,7 @@ from hermes.cli.options import (
     check_run_options,
     config_from_args,
     model_options,
-    set_threads,
 )
-
-# Benchmark prompts carry every option, so they run longer than a chat question.
-EVAL_MAX_QUESTION_CHARS = 8000
 
 
 def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -27,7 +23,9 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "eval",
         help="accuracy on a benchmark's annotation file (StreamingBench, OVO-Bench, Video-MME, MVBench)",
         description="Stream each video up to each question's time (streaming benchmarks) or to its end (offline "
-        "ones), and score the option letter with the highest first-token log-probability. Results are appended "
+        "ones), ask it with the benchmark's own prompt, and score the answer two ways: the generated text by the "
+        "benchmark's own rule (what papers report), and the option letter with the highest first-token "
+        "log-probability. Results are appended "
         "per question to --out, so a run resumes where it stopped. Under a launcher (accelerate launch "
         "--num_processes N -m hermes eval ..., or torchrun --nproc_per_node N -m hermes eval ...), each process "
         "streams its share of the videos into its own part file, and the last one to finish merges them.",
@@ -36,7 +34,8 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument(
         "--annotations",
         required=True,
-        help="the benchmark's annotation JSON (MVBench: one task file, or the folder of them)",
+        help="the benchmark's annotation file: JSON, JSON lines or (Video-MME) Parquet; StreamingBench: its real, "
+        "omni, SQA or proactive file; MVBench: one task file, or the folder of them",
     )
     p.add_argument("--videos", required=True, help="folder the annotations' video paths are relative to")
     p.add_argument("--out", default=None, help="results, one JSON line per question (default: results-BENCH.jsonl)")
@@ -59,10 +58,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from hermes.engine.session import StreamingSession
     from hermes.eval.formats import BENCHES
-    from hermes.eval.forward import ovo_scores, render_ovo_scores
-    from hermes.eval.harness import EvalSettings, render_summary, run_eval
+    from hermes.eval.harness import EvalSettings, run_eval
     from hermes.eval.shard import Shard
-    from hermes.models.loading import load_video_lm
+    from hermes.eval.summary import official_scores, render_official, render_summary
+    from hermes.models.loading import load_video_lm, set_threads
 
     spec = BENCHES[args.bench]
     check_run_options(args)
@@ -86,8 +85,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if lm.random_weights:
         print("note: random weights: answers are noise, accuracy is chance level", file=sys.stderr)
     out = Path(args.out or f"results-{args.bench}.jsonl")
-    session = StreamingSession(lm, config, policy=args.policy, max_question_chars=EVAL_MAX_QUESTION_CHARS)
     settings = EvalSettings(max_new_tokens=args.max_new_tokens, limit=args.limit)
+    session = StreamingSession(lm, config, policy=args.policy, max_question_chars=settings.max_question_chars)
     summary = run_eval(
         lm, spec, items, problems, session, args.videos, out, settings, progress=not args.no_progress, shard=shard
     )
@@ -105,8 +104,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "limit": args.limit,
         **config.to_dict(),
     }
-    if args.bench == "ovobench":  # the benchmark's own summary: group averages and the overall score
-        summary["ovo"] = ovo_scores(summary)
+    summary["official"] = official_scores(args.bench, summary)  # the benchmark's own aggregate
     summary_path = out.with_name(out.stem + ".summary.json")
     summary_path.write_text(json.dumps(summary, indent=2))
     title = (
@@ -114,7 +112,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"{config.chunk_frames}-frame chunks at {config.fps:g} fps, {config.reindex} re-indexing"
     )
     print(render_summary(summary, title), flush=True)
-    if "ovo" in summary:
-        print("\n" + render_ovo_scores(summary["ovo"]), flush=True)
+    print("\n" + render_official(args.bench, summary["official"]), flush=True)
     print(f"wrote {out} and {summary_path}", file=sys.stderr)
     return 0

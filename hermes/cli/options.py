@@ -104,12 +104,3 @@ def check_run_options(args: argparse.Namespace) -> None:
     """Refuse a negative --threads before the model loads (torch would silently keep its own count)."""
     if args.threads < 0:
         raise ValueError("--threads must be 0 (torch's default) or more")
-
-
-def set_threads(threads: int) -> None:
-    """Apply --threads: 0 keeps torch's own count (every core), as the app runs, so that the numbers
-    of bench and eval are what a viewer of the app gets."""
-    import torch
-
-    if threads > 0:
-        torch.set_num_threads(threads)

@@ -324,6 +324,24 @@ class StreamingSession:
         with self.memory.scratch():
             return self._read_question(q)[0]
 
+    @torch.inference_mode()
+    def continuation_logprobs(self, question: str, continuation: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The log-probability (n,) of each token of `continuation` as the start of the answer, and
+        whether each is the greedy choice there (n,); the memory is not changed.
+
+        One forward pass over the question and the continuation, like a reader of the memory."""
+        if not continuation:
+            raise ValueError("the continuation is empty")
+        q = self.check_question(question)
+        ids = self.lm.question_ids(q)
+        target = torch.tensor([continuation], device=ids.device)
+        n = len(continuation)
+        with self.memory.scratch():
+            positions = self.memory.next_position + torch.arange(ids.shape[-1] + n)[None]
+            logits = self.lm.forward(self.memory, torch.cat([ids, target], dim=-1), positions, logits_to_keep=n + 1)
+        logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # the logits before each continuation token
+        return logp.gather(-1, target[0, :, None].to(logp.device))[:, 0], logp.argmax(-1).cpu() == target[0].cpu()
+
     def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True) -> AnswerUpdate:
         """Answer and return the final update (text, TTFT, TPOT, top log-probabilities)."""
         return deque(self.ask_stream(question, max_new_tokens, remember), maxlen=1)[0]

@@ -137,8 +137,11 @@ class HermesLayer(BufferLayer):
 
     @staticmethod
     def _grown(t: torch.Tensor, size: int, used: int) -> torch.Tensor:
-        out = t.new_empty(*t.shape[:2], size, t.shape[-1])
-        out[..., :used, :] = t[..., :used, :]
+        # A question longer than the reserved margin grows the buffer inside the model's inference
+        # mode; a buffer made there could not be rewritten in place by a later eviction.
+        with torch.inference_mode(False):
+            out = t.new_empty(*t.shape[:2], size, t.shape[-1])
+            out[..., :used, :] = t[..., :used, :]
         return out
 
     def nbytes(self) -> int:

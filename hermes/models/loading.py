@@ -192,3 +192,10 @@ def wrap(model: Any, processor: Any, source: str = "", random_weights: bool = Fa
     return ADAPTERS[arch](
         model, processor, source=source or getattr(model, "name_or_path", ""), random_weights=random_weights
     )
+
+
+def set_threads(threads: int = 0) -> None:
+    """Torch's CPU threads: `threads`, or 0 for torch's own count (every core), as the app runs, so
+    that what bench and eval measure is what a viewer of the app gets."""
+    if threads > 0:
+        torch.set_num_threads(threads)
