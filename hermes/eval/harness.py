@@ -190,6 +190,8 @@ def _stream_video(
         end = last if end is None else min(end, last)
     frames = UntilDamage(iter_video(path, config.fps, folder_fps=first.frames_fps, start=start, end=end))
     for event in play(session, frames, events, lambda e: e.at_s, stop_when_done=True):
+        if not isinstance(event, Item | _Poll):  # a chunk's report
+            continue
         damage = frames.damage
         # Asked before the frame that failed, a question sees what it would in a whole file.
         if damage is not None and (event.at_s is None or event.at_s >= damage.at_s):
@@ -202,7 +204,7 @@ def _stream_video(
             record = _poll(session, event)
             if record is not None:
                 yield record
-        elif isinstance(event, Item):
+        else:
             yield _ask(session, event, letter_ids, settings)
 
 
