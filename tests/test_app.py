@@ -206,10 +206,11 @@ def snapshot(frames_per_layer: list[list[int]], budget: int = 4) -> MemorySnapsh
 def test_retained_shares_count_kept_tokens_per_frame():
     # 4 frames of 2 tokens; the shallow layer keeps the newest two frames, the deep one frame 0 and 3.
     snap = snapshot([[2, 2, 3, 3], [1, 2, 3, 3], [0, 0, 3, 3]])
-    shares, edges = figures.retained_shares(snap, np.full(4, 2.0))
+    two_each = FrameTokens().extended(4, 2.0)
+    shares, edges = figures.retained_shares(snap, two_each)
     assert edges.tolist() == [0, 1, 2, 3, 4]
     np.testing.assert_allclose(shares, [[0, 0, 1, 1], [0, 0.5, 0.5, 1], [1, 0, 0, 1]])
-    shares, edges = figures.retained_shares(snap, np.full(4, 2.0), max_columns=2)  # binned: 2 frames a column
+    shares, edges = figures.retained_shares(snap, two_each, max_columns=2)  # binned: 2 frames a column
     np.testing.assert_allclose(shares, [[0, 1], [0.25, 0.75], [0.5, 0.5]])
 
 
