@@ -17,7 +17,7 @@ scorer's dataclass, once; `params` overrides them by `method.field` (`infinipot-
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,17 @@ from hermes.memory.selection import TopK
 from hermes.memory.smoothing import CrossLayerSmoothing
 from hermes.memory.tiers import Tier
 
-__all__ = ["Guidance", "LayerInputs", "MemoryPolicy", "PolicyError", "Scorer", "make_policy", "parse_policy"]
+__all__ = [
+    "Guidance",
+    "LayerInputs",
+    "MemoryPolicy",
+    "PolicyError",
+    "Scorer",
+    "check_policies",
+    "make_policy",
+    "params_for",
+    "parse_policy",
+]
 
 
 @dataclass(frozen=True)
@@ -199,3 +209,24 @@ def make_policy(name: str, config: HermesConfig, params: Mapping[str, Any] | Non
         raise PolicyError(f"parameter {next(iter(rest))!r} is for no part of {name!r}; choose from {_choices()}")
     name = "+".join((method, *filters))
     return dataclasses.replace(policy, name=name, input_filter=input_filter)
+
+
+def params_for(name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The entries of `params` that concern the parts of policy `name` (several policies side by
+    side share one set of parameters)."""
+    method, filters = parse_policy(name)
+    return {k: v for k, v in (params or {}).items() if k.split(".", 1)[0] in (method, *filters)}
+
+
+def check_policies(names: Sequence[str], config: HermesConfig, params: Mapping[str, Any] | None = None) -> list[str]:
+    """The policies `names`, each built once to check it, as canonical names; PolicyError for any
+    it cannot build, for a name given twice, or for a parameter that concerns none of them."""
+    out = [make_policy(n, config, params_for(n, params)).name for n in names]
+    twice = [n for n in dict.fromkeys(out) if out.count(n) > 1]
+    if twice:
+        raise PolicyError(f"policy {twice[0]!r} is named twice; give each policy once")
+    used = {k for n in out for k in params_for(n, params)}
+    for key in params or {}:
+        if key not in used:
+            raise PolicyError(f"parameter {key!r} is for no part of {', '.join(out)}; choose from {_choices()}")
+    return out
