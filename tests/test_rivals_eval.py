@@ -1,0 +1,87 @@
+"""Several policies in one evaluation: each its own memory, each video decoded once, one table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes.cli.main import main
+from hermes.engine.session import StreamingSession
+from hermes.eval.formats import BENCHES
+from hermes.eval.harness import EvalSettings, run_eval
+from hermes.eval.policies import PolicyGroup, policy_out
+from hermes.memory.config import HermesConfig
+from tests.eval_helpers import CHUNK, FPS, records_of, videomme
+
+POLICIES = ("hermes", "fifo", "streammem")
+
+
+def _config() -> HermesConfig:
+    return HermesConfig(budget=300, chunk_frames=CHUNK, fps=FPS, reindex="eager")
+
+
+def test_each_policy_in_a_group_answers_as_it_would_alone(llava_lm, eval_videos: Path, tmp_path: Path, monkeypatch):
+    spec = BENCHES["videomme"]
+    items, problems = spec.load(videomme(tmp_path / "vmme.json"))
+    settings = EvalSettings(max_new_tokens=2)
+    decoded = []
+    import hermes.eval.harness as harness
+
+    real = harness.iter_video
+    monkeypatch.setattr(harness, "iter_video", lambda *a, **k: decoded.append(a[0]) or real(*a, **k))
+    group = PolicyGroup({p: StreamingSession(llava_lm, _config(), policy=p) for p in POLICIES})
+    out = tmp_path / "group.jsonl"
+    summaries = run_eval(llava_lm, spec, items, problems, group, eval_videos, out, settings, False)
+    assert set(summaries) == set(POLICIES)
+    videos = len({it.video for it in items if it.video})
+    assert len(decoded) <= videos  # each video decoded once for all three policies
+    alone = tmp_path / "alone.jsonl"
+    decoded.clear()
+    run_eval(
+        llava_lm,
+        spec,
+        items,
+        problems,
+        StreamingSession(llava_lm, _config(), policy="fifo"),
+        eval_videos,
+        alone,
+        settings,
+        False,
+    )
+    by_qid = {r["qid"]: r for r in records_of(policy_out(out, "fifo"))}
+    for record in records_of(alone):
+        twin = by_qid[record["qid"]]
+        assert twin["status"] == record["status"]
+        if record["status"] == "answered":
+            assert twin["option_logprobs"] == record["option_logprobs"] and twin["text"] == record["text"]
+    # The policies' memories differ, so do their scores somewhere.
+    scores = {p: [r.get("option_logprobs") for r in records_of(policy_out(out, p))] for p in POLICIES}
+    assert scores["hermes"] != scores["fifo"] or scores["fifo"] != scores["streammem"]
+
+
+def test_eval_cli_prints_one_table_with_a_column_per_policy(eval_videos: Path, tmp_path: Path, capsys):
+    ann = videomme(tmp_path / "vmme.json")
+    out = tmp_path / "r.jsonl"
+    argv = ["eval", "--bench", "videomme", "--annotations", str(ann), "--videos", str(eval_videos), "--out", str(out)]
+    argv += ["--model", "tiny", "--fps", "1", "--budget", "300", "--chunk-frames", "4", "--no-progress"]
+    assert main([*argv, "--policies", "hermes,fifo+dtd,sink", "--max-new-tokens", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "| task | hermes | fifo+dtd | sink |" in table and "**overall**" in table
+    for p in ("hermes", "fifo+dtd", "sink"):
+        assert policy_out(out, p).exists()
+    assert main([*argv, "--policies", "hermes,lru"]) == 2
+    assert "unknown policy 'lru'" in capsys.readouterr().err
+    assert main([*argv, "--policies", "hermes,hermes"]) == 2
+    assert "named twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [["--policy", "dtd"], ["--policy", "sink", "--param", "sink.sinks=-2"]])
+def test_stream_and_bench_refuse_bad_policies_before_anything_starts(bad, capsys):
+    assert main(["stream", "no-such-video.mp4", "--model", "no-such-model", *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no-such" not in err  # the policy, before the video or the model
+    bench = ["bench", "--model", "no-such-model", "--policies", f"hermes,{bad[1]}", *bad[2:]]
+    assert main(bench) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no-such" not in err
