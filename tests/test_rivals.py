@@ -28,16 +28,23 @@ HEADS, DIM, LAYERS = 2, 8, 3
 TIERS = TierMap((Tier.SENSORY, Tier.WORKING, Tier.LONG_TERM))
 
 
-def filled_cache(policy: str, keys: torch.Tensor, values: torch.Tensor, frames: torch.Tensor, budget: int):
-    """A 1D-RoPE fp32 cache whose every layer holds the same video slots `keys`/`values` (heads, n,
-    dim) for tokens of `frames`, at positions 0..n-1 (no prefix)."""
+def filled_cache(
+    policy: str,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    frames: torch.Tensor,
+    budget: int,
+    dtype: torch.dtype = torch.float32,
+):
+    """A 1D-RoPE cache whose every layer holds the same video slots `keys`/`values` (heads, n, dim)
+    for tokens of `frames`, at positions 0..n-1 (no prefix)."""
     config = HermesConfig(budget=budget)
     pol = make_policy(policy, config)
     spec = RopeSpec(1.0 / (10000 ** (torch.arange(0, DIM, 2).float() / DIM)))
     cache = HermesCache(LAYERS, spec, config, pol.capacity)
     n = frames.numel()
     for layer in range(LAYERS):
-        cache.update(keys[None].clone(), values[None].clone(), layer)
+        cache.update(keys[None].to(dtype), values[None].to(dtype), layer)
     cache.commit(ChunkMeta(frames=frames, positions=torch.arange(n)))
     return cache, pol, spec
 
@@ -197,13 +204,16 @@ def _rope(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_tokens():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_tokens(dtype):
     frames = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
     attention = torch.tensor([0.30, 0.01, 0.02, 0.20, 0.15, 0.03, 0.10, 0.05, 0.04])
     g = torch.Generator().manual_seed(2)
     keys, values = torch.randn(HEADS, 9, DIM, generator=g), torch.randn(HEADS, 9, DIM, generator=g)
     budget = 6
-    cache, pol, spec = filled_cache("streammem", keys, values, frames, budget)
+    keys, values = keys.to(dtype).float(), values.to(dtype).float()  # what a 16-bit cache holds
+    cache, pol, spec = filled_cache("streammem", keys, values, frames, budget, dtype)
+    atol = 1e-5 if dtype == torch.float32 else 2e-2
     assert pol.guidance(Tier.SENSORY) == "template"
     compress(cache, pol, [attention] * LAYERS)
     # By hand: the best k tokens plus a prototype per frame among the rest must fit in 6. k = 3
@@ -218,8 +228,10 @@ def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_to
             group = groups.get(token, [token])
             want_v = torch.stack([values[:, t] for t in group]).mean(0)
             want_k = torch.stack([_rope(keys[:, t], token - t, spec) for t in group]).mean(0)
-            assert torch.allclose(v[:, slot], want_v, atol=1e-6)
-            assert torch.allclose(k[:, slot], want_k, atol=1e-5)
+            assert torch.allclose(v[:, slot].float(), want_v, atol=atol)
+            assert torch.allclose(k[:, slot].float(), want_k, atol=atol)
+            if layer._k0 is not None:  # a 16-bit cache's origin key: the prototype at its own origin
+                assert torch.allclose(layer._k0[0, :, slot].float(), want_k, atol=atol)
 
 
 def test_streammem_plan_falls_back_to_top_k_when_frames_outnumber_slots():

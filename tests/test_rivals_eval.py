@@ -85,3 +85,22 @@ def test_stream_and_bench_refuse_bad_policies_before_anything_starts(bad, capsys
     assert main(bench) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no-such" not in err
+
+
+def test_stream_settings_take_every_policy_and_two_or_three_compared():
+    from hermes.memory.policies import PolicyError
+    from hermes.serving import StreamSettings
+
+    assert StreamSettings(compare=True).policies == ("hermes", "fifo")  # the default pair
+    chosen = StreamSettings(compare=True, compare_policies=["sink", "streammem", "hermes+dtd"])
+    assert chosen.policies == ("sink", "streammem", "hermes+dtd")
+    assert StreamSettings(policy="infinipot-v+dtd", compare_policies=[]).policies == ("infinipot-v+dtd",)
+    for bad, words in [
+        ({"policy": "dtd"}, "needs a method"),
+        ({"compare": True, "compare_policies": ["hermes"]}, "2 to 3"),
+        ({"compare": True, "compare_policies": ["hermes", "fifo", "sink", "streammem"]}, "2 to 3"),
+        ({"compare": True, "compare_policies": ["hermes", "hermes"]}, "twice"),
+        ({"compare": True, "compare_policies": ["lru", "fifo"]}, "unknown policy"),
+    ]:
+        with pytest.raises(PolicyError, match=words):
+            StreamSettings(**bad)

@@ -17,16 +17,16 @@ import numpy as np
 import torch
 
 from hermes.engine.chunk import Chunk
-from hermes.engine.guidance import AttentionProbe, guidance_prompt
+from hermes.engine.filtering import FilteredInputs, check_input_filter
+from hermes.engine.guidance import guidance_prompt, probe_attention
 from hermes.engine.metrics import memory_reading, now_ms
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
-from hermes.memory.cache import ChunkMeta, HermesCache, rank_within_frame
+from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import AttentionRecord, compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import PolicyError, make_policy
-from hermes.memory.rivals.dtd import Previous
+from hermes.memory.policies import make_policy
 from hermes.memory.snapshot import MemorySnapshot
-from hermes.models.base import ChunkInputs, VideoLM
+from hermes.models.base import VideoLM
 
 MAX_QUESTION_CHARS = 1000
 MAX_NEW_TOKENS = 64
@@ -110,12 +110,6 @@ def top_logprobs(lm: VideoLM, logp: torch.Tensor, k: int = 5) -> list[tuple[str,
     return [(lm.tokenizer.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)]
 
 
-def check_input_filter(lm: VideoLM, policy: str) -> None:
-    """PolicyError when `lm`'s backbone cannot hand its chunks to an input filter."""
-    if lm.no_input_filter is not None:
-        raise PolicyError(f"{policy}: {lm.no_input_filter}")
-
-
 class StreamingSession:
     """One stream, one memory: ingest chunks, answer questions at any moment."""
 
@@ -134,8 +128,10 @@ class StreamingSession:
         self.lm = lm
         self.config = config
         self.policy = make_policy(policy, config, params)
+        self.input_filter = None
         if self.policy.input_filter is not None:
             check_input_filter(lm, self.policy.name)
+            self.input_filter = FilteredInputs(lm, self.policy.input_filter)
         # Standing questions outlive a reset (they are the viewer's, not the stream's).
         self.standing = StandingQuestions(AnswerWords.for_lm(lm), max_chars=max_question_chars)
         self.reset()
@@ -155,7 +151,8 @@ class StreamingSession:
         self.answers: list[AnswerUpdate] = []  # the last ANSWERS_KEPT
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
-        self._last_frame: Previous = None  # the input filter's previous frame
+        if self.input_filter is not None:
+            self.input_filter.reset()
         self.standing.rearm()
 
     # -- streaming -----------------------------------------------------------------------
@@ -168,8 +165,8 @@ class StreamingSession:
             pixels = np.concatenate([pixels, np.repeat(pixels[-1:], multiple - len(pixels) % multiple, axis=0)])
         inputs = self.lm.chunk_inputs(pixels, self.config.fps, chunk.timestamps)
         encoded = inputs.num_tokens
-        if self.policy.input_filter is not None:
-            inputs = self._filter(inputs)
+        if self.input_filter is not None:
+            inputs = self.input_filter(inputs)
         ids = np.asarray(chunk.frame_ids)
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
@@ -250,39 +247,14 @@ class StreamingSession:
         if guided:
             ids, n_global = self._guidance_ids()
             part = {"global": slice(0, n_global), "hybrid": slice(None)}
-            weights |= self._probe(ids, {layer: part[wanted[layer]] for layer in guided})
+            weights |= probe_attention(self.lm, self.memory, ids, {layer: part[wanted[layer]] for layer in guided})
         templated = [layer for layer, query in wanted.items() if query == "template"]
         if templated:
-            weights |= self._probe(self.lm.template_ids(), {layer: slice(None) for layer in templated})
+            weights |= probe_attention(
+                self.lm, self.memory, self.lm.template_ids(), {layer: slice(None) for layer in templated}
+            )
         p, s = self.memory.prefix_len, self.memory.slots
         return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(tiers))]
-
-    def _probe(self, ids: torch.Tensor, queries: dict[int, slice]) -> dict[int, torch.Tensor]:
-        """The attention (over every key) that the `queries` tokens of `ids`, read after the memory,
-        pay in each of their layers; the memory is left untouched."""
-        positions = self.memory.next_position + torch.arange(ids.shape[-1])[None]
-        with (
-            self.memory.scratch(),
-            AttentionProbe(self.lm.attention_modules(), list(queries), queries, stop_early=True) as probe,
-        ):
-            self.lm.forward(self.memory, ids, positions)
-        return probe.weights
-
-    def _filter(self, inputs: ChunkInputs) -> ChunkInputs:
-        """The chunk with the tokens the policy's input filter drops taken out: the model then gets
-        the remaining tokens' embeddings, at their own positions."""
-        embeds = self.lm.chunk_embeddings(inputs)
-        patches = rank_within_frame(inputs.frames)
-        keep, self._last_frame = self.policy.input_filter.keep(
-            embeds[0], inputs.frames, patches, self.lm.visual_tokens(inputs), self._last_frame
-        )
-        return ChunkInputs(
-            input_ids=inputs.input_ids[:, keep.to(inputs.input_ids.device)],
-            model_kwargs={"inputs_embeds": embeds[:, keep.to(embeds.device)]},
-            frames=inputs.frames[keep],
-            rel_positions=inputs.rel_positions[:, keep],
-            patches=patches[keep],
-        )
 
     def _guidance_ids(self) -> tuple[torch.Tensor, int]:
         """The guidance prompt's ids and the length of its global part. Tokenized again only when

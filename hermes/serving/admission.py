@@ -31,7 +31,7 @@ from collections import Counter
 import psutil
 import torch
 
-from hermes.engine.session import check_input_filter
+from hermes.engine.filtering import check_input_filter
 from hermes.memory.config import HermesConfig
 from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM

@@ -40,6 +40,9 @@ class StreamSettings:
         config = self.config()  # HermesConfig validates the numbers, with clear messages
         object.__setattr__(self, "policy", check_policies([self.policy], config)[0])
         compared = tuple(self.compare_policies or ())
+        object.__setattr__(self, "compare_policies", compared)
+        if not self.compare:  # the choice only matters, and is only checked, in compare mode
+            return
         if not 2 <= len(compared) <= MAX_COMPARED:
             raise PolicyError(
                 f"compare runs 2 to {MAX_COMPARED} policies side by side; got {len(compared)} "
