@@ -88,6 +88,7 @@ def _chunk_json(event) -> str:
             "frames_seen": event.frames_seen,
             "stream_time_s": event.stream_time_s,
             "tokens": event.tokens,
+            "dropped": event.dropped,  # by the policy's input filter (+dtd), before the prefill
             "video_tokens_per_layer": event.video_tokens_per_layer,
             "cache_bytes": event.cache_bytes,
             "prefill_ms": event.prefill_ms,
