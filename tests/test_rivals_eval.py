@@ -104,3 +104,39 @@ def test_stream_settings_take_every_policy_and_two_or_three_compared():
     ]:
         with pytest.raises(PolicyError, match=words):
             StreamSettings(**bad)
+
+
+def test_bench_table_against_hermes_from_made_up_points():
+    from hermes.bench.report import rivals_table
+    from hermes.bench.run import BenchResult, Point
+
+    def point(policy: str, ttft: float, memory: int, prefill: float, compress: float, tokens: int, dropped: int):
+        return Point(
+            policy,
+            64,
+            ttft_ms=[ttft],
+            prefill_ms=[prefill],
+            compress_ms=[compress],
+            tokens=[tokens],
+            dropped=[dropped],
+            ingested_frames=8,
+            cache_bytes=1000,
+            memory_bytes=memory,
+        )
+
+    meta = {"memory_kind": "peak RSS (VmHWM, since the policy started)"}
+    result = BenchResult(
+        meta,
+        [
+            point("hermes", 10.0, 2 * 2**20, 900.0, 100.0, 400, 0),  # 8 frames in 1 s
+            point("streammem", 12.0, 2 * 2**20, 400.0, 100.0, 400, 0),  # 8 frames in 0.5 s
+            point("hermes+dtd", 5.0, 2**20, 90.0, 10.0, 100, 300),  # 8 frames in 0.1 s, 75% dropped
+            Point("full", 64, status="out of memory"),
+        ],
+    )
+    rows = {line.split(" | ")[0].strip("| "): line for line in rivals_table(result) if line.startswith("| ")}
+    assert "| 12.0 | 1.20x | 2.00 | 1.00x | 0.00 | 1.00x | 16.00 | 2.00x | 100 (0.250) | 0 (0%) |" in rows["streammem"]
+    assert "| 5.0 | 0.50x | 1.00 | 0.50x |" in rows["hermes+dtd"] and "| 80.00 | 10.00x |" in rows["hermes+dtd"]
+    assert rows["hermes+dtd"].endswith("| 300 (75%) |")
+    assert "out of memory" in rows["full"]
+    assert rivals_table(BenchResult(meta, [point("fifo", 1, 1, 1, 1, 1, 0)])) == []  # no HERMES to compare with
