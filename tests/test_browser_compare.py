@@ -74,6 +74,9 @@ def test_compare_through_the_api_reports_metrics_per_policy_and_refuses_bad_choi
         ]:
             with pytest.raises(Exception, match=words):
                 client.predict("Cockatoo, close-up (14 s)", "max", *settings[:6], bad, 0.5, api_name="/start_sample")
+        for policy in ("lru", "dtd", "hermes+dtd+dtd"):  # not among the choices Gradio offers
+            with pytest.raises(Exception, match="hermes"):  # the message lists the choices
+                client.predict("Cockatoo, close-up (14 s)", "max", policy, *settings[1:], api_name="/start_sample")
         # The stream that was running is untouched by the refused starts.
         assert client.predict(api_name="/metrics")["policies"] == ["sink", "infinipot-v", "hermes+dtd"]
         assert client.predict(api_name="/metrics")["frames_seen"] >= before
