@@ -90,3 +90,29 @@ def test_dtd_that_drops_nothing_leaves_the_memory_as_without_it(llava_lm, qwen_l
             if r.dropped:  # a cosine of exactly 1 can round above it; then the test says nothing
                 pytest.skip("a token's cosine rounded above 1")
         assert_same_memory(memory_state(plain.memory), filtered.memory, storage=False)
+
+
+def test_streammem_saliency_is_the_eager_attention_of_the_template_tokens(lm):
+    """The proxy query's attention, measured by the probe, against the model's own eager attention
+    of the chat template's tokens read after the memory (mean over heads and template tokens)."""
+    s = _session(lm, "streammem", budget=10_000)
+    for i in range(2):
+        s.ingest(random_chunk(i, FRAMES))
+    before = memory_state(s.memory)
+    probed = s.guidance_attention()
+    assert_same_memory(before, s.memory)
+    ids = lm.template_ids()
+    positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
+    implementation = lm.model.config._attn_implementation
+    try:
+        lm.model.set_attn_implementation("eager")
+        with torch.inference_mode(), s.memory.scratch():
+            out = lm.model(
+                input_ids=ids, position_ids=lm.position_ids(positions), cache=s.memory, output_attentions=True
+            )
+    finally:
+        lm.model.set_attn_implementation(implementation)
+    p, n = s.memory.prefix_len, s.memory.slots
+    for layer in range(lm.num_layers):
+        eager = out.attentions[layer][0].float().mean(dim=(0, 1))[p : p + n]
+        assert (probed[layer] - eager).abs().max().item() < 1e-4
