@@ -361,7 +361,7 @@ def test_webcam_frames_of_any_size_and_bad_frames(app):
     registry = app[2]
     callbacks = Callbacks(registry)
     request = SimpleNamespace(session_hash="webcam-viewer")
-    settings = ("hermes", 400, 2, 4.0, "lazy", False, 0.5)  # the last two: compare, watch_threshold
+    settings = ("hermes", 400, 2, 4.0, "lazy", False, ["hermes", "fifo"], 0.5)  # compare, its policies, threshold
     rng = np.random.default_rng(0)
     for h, w in [(480, 640), (720, 1280), (240, 320), (1080, 720)]:
         callbacks.webcam_frame(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), *settings, request)

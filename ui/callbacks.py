@@ -39,7 +39,14 @@ FRAME_LABEL = "What the model just consumed"
 
 
 def settings_from(
-    policy: str, budget: float, chunk_frames: float, fps: float, reindex: str, compare: bool, watch_threshold: float
+    policy: str,
+    budget: float,
+    chunk_frames: float,
+    fps: float,
+    reindex: str,
+    compare: bool,
+    compare_policies: list[str] | None,
+    watch_threshold: float,
 ):
     """StreamSettings from the settings controls; gr.Error with the reason if they are invalid."""
     try:
@@ -50,6 +57,7 @@ def settings_from(
             fps=float(fps),
             reindex=reindex,
             compare=bool(compare),
+            compare_policies=tuple(compare_policies or ()),
             watch_threshold=float(watch_threshold),
         )
     except (TypeError, ValueError) as exc:
@@ -167,13 +175,14 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        compare_policies: list[str] | None,
         watch_threshold: float,
         request: gr.Request,
     ) -> tuple[str, list, str]:
         """Stream a bundled sample clip into fresh memories; returns the status line."""
         if sample not in SAMPLES:
             raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(SAMPLES)}")
-        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
+        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold)
         return self._start(SAMPLES[sample], speed, settings, request)
 
     def start_file(
@@ -186,13 +195,14 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        compare_policies: list[str] | None,
         watch_threshold: float,
         request: gr.Request,
     ) -> tuple[str, list, str]:
         """Stream an uploaded video file into fresh memories; returns the status line."""
         if not video:
             raise gr.Error("Upload a video file first (mp4, webm, avi, mov ...).")
-        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
+        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold)
         return self._start(Path(video), speed, settings, request)
 
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
@@ -212,6 +222,7 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        compare_policies: list[str] | None,
         watch_threshold: float,
         request: gr.Request,
     ) -> None:
@@ -220,7 +231,9 @@ class Callbacks:
             return
         stream = self._stream(request)
         try:
-            settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
+            settings = settings_from(
+                policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold
+            )
             stream.push_frame(frame, settings)
         except (Busy, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
@@ -252,11 +265,12 @@ class Callbacks:
         fps: float,
         reindex: str,
         compare: bool,
+        compare_policies: list[str] | None,
         watch_threshold: float,
         request: gr.Request,
     ) -> tuple[str, list, str]:
         """Stop, clear the chat and the memories, and apply the settings."""
-        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, watch_threshold)
+        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold)
         stream = self._stream(request)
         stream.reset(settings)
         return status_text(stream), [], "Pause"

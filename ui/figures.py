@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hermes.serving import (
+    POLICIES,
     AttentionLayers,
     ChunkRecord,
     FrameTokens,
@@ -27,8 +28,25 @@ MAX_SLOT_POINTS = 160
 MAX_HISTORY_POINTS = 300
 MB = 1024 * 1024
 
-LABELS = {"hermes": "HERMES", "fifo": "FIFO", "full": "Full cache"}
-COLORS = {"hermes": "#4f46e5", "fifo": "#ea580c", "full": "#0f766e"}
+_METHOD_LABELS = {
+    "hermes": "HERMES",
+    "fifo": "FIFO",
+    "full": "Full cache",
+    "sink": "Sink + window",
+    "infinipot-v": "InfiniPot-V",
+    "streammem": "StreamMem",
+}
+_METHOD_COLORS = {
+    "hermes": "#4f46e5",
+    "fifo": "#ea580c",
+    "full": "#0f766e",
+    "sink": "#a16207",
+    "infinipot-v": "#be185d",
+    "streammem": "#15803d",
+}
+# Every policy name the app offers: a method, or a method with +dtd (drawn in its method's colour).
+LABELS = {p: " + ".join(_METHOD_LABELS.get(part, part.upper()) for part in p.split("+")) for p in POLICIES}
+COLORS = {p: _METHOD_COLORS.get(p.split("+")[0], "#374151") for p in POLICIES}
 # One colour per standing question (at most four), in the order they were added.
 WATCH_COLORS = ("#db2777", "#0891b2", "#65a30d", "#9333ea")
 TIER_COLORS = {Tier.SENSORY: "#0ea5e9", Tier.WORKING: "#8b5cf6", Tier.LONG_TERM: "#be123c"}

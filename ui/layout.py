@@ -7,7 +7,17 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import MAX_STANDING, POLICIES, SPEEDS, StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
+from hermes.serving import (
+    MAX_COMPARED,
+    MAX_STANDING,
+    POLICIES,
+    SPEEDS,
+    StreamRegistry,
+    StreamSettings,
+    Tier,
+    VideoLM,
+    layer_tiers,
+)
 from ui import figures
 from ui.callbacks import DEFAULT_SAMPLE, FRAME_LABEL, SAMPLES, Callbacks
 
@@ -158,13 +168,26 @@ def build_app(
                 )
                 status = gr.Markdown("**Idle** · pick a source and press Start", elem_id="status", label="status")
                 with gr.Accordion("Settings (applied at the next Start or Reset)", open=False):
-                    policy = gr.Radio(
+                    policy = gr.Dropdown(
                         list(POLICIES),
                         value=s.policy,
                         label="Memory policy",
-                        info="hermes: hierarchical memory · fifo: newest tokens only · full: no eviction",
+                        info="hermes: hierarchical memory · fifo: newest tokens only · full: no eviction · "
+                        "sink: first tokens + window · infinipot-v: redundancy + value norm · streammem: "
+                        "template attention + frame prototypes · +dtd: drop static patches before the model",
+                        elem_id="policy",
                     )
-                    compare = gr.Checkbox(value=s.compare, label="Compare HERMES and FIFO side by side (two caches)")
+                    compare = gr.Checkbox(
+                        value=s.compare, label="Compare policies side by side (one cache each)", elem_id="compare"
+                    )
+                    compare_policies = gr.Dropdown(
+                        list(POLICIES),
+                        value=list(s.compare_policies),
+                        multiselect=True,
+                        max_choices=MAX_COMPARED,
+                        label=f"Policies to compare (2 to {MAX_COMPARED})",
+                        elem_id="compare-policies",
+                    )
                     budget = gr.Slider(
                         128, 10240, value=s.budget, step=1, label="Budget |M| (video tokens kept per layer)"
                     )
@@ -265,7 +288,7 @@ def build_app(
             metrics = gr.JSON(label="metrics")
             refresh = gr.Button("Refresh", size="sm")
 
-        settings_inputs = [policy, budget, chunk_frames, fps, reindex, compare, watch_threshold]
+        settings_inputs = [policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold]
         quick = {"concurrency_limit": None, "show_progress": "hidden"}
         start_outputs = [status, chatbot, pause]
         start_sample.click(

@@ -201,6 +201,7 @@ def render_markdown(result: BenchResult) -> str:
             f"| {'-' if p.ingest_fps is None else f'{p.ingest_fps:.2f}'} "
             f"| {_mib(p.cache_bytes)} | {_mib(p.memory_bytes)} | {status} |"
         )
+    lines += rivals_table(result)
     lines += ["", "Headline ratios (this run; targets shown, not asserted):"]
     for h in headline(result):
         verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
@@ -263,3 +264,46 @@ def write_json(result: BenchResult, path: str | Path) -> Path:
     path = Path(path)
     path.write_text(json.dumps(result_dict(result), indent=2))
     return path
+
+
+def _ratio(value: float | None, base: float | None, digits: int = 2) -> str:
+    if value is None or base is None or base == 0:
+        return "-"
+    return f"{value / base:.{digits}f}x"
+
+
+def rivals_table(result: BenchResult) -> list[str]:
+    """Every policy against HERMES at each frame count, from the same run: TTFT, device memory,
+    cache, ingest frames/s, compression per chunk and the tokens an input filter dropped. Empty
+    unless the run has HERMES and another policy."""
+    policies = list(dict.fromkeys(p.policy for p in result.points))
+    if "hermes" not in policies or len(policies) < 2:
+        return []
+    label = _memory_label(result.meta)
+    lines = [
+        "",
+        "Against HERMES in this run (ratios: the policy's value / HERMES's at the same frame count):",
+        "",
+        f"| policy | frames | TTFT ms | TTFT x | {label} MiB | {label} x | cache MiB | cache x | ingest frames/s "
+        "| ingest x | compress ms/chunk (/ prefill) | tokens dropped |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in result.points:
+        h = result.point("hermes", p.frames)
+        if p.status != OK:
+            lines.append(f"| {p.policy} | {p.frames} | {p.status} | | | | | | | | | |")
+            continue
+        ok = h is not None and h.status == OK
+        ttft, base = _median(p), _median(h) if ok else None
+        compress, prefill = _median(p, "compress_ms"), _median(p, "prefill_ms")
+        share = "-" if compress is None or not prefill else f"{compress:.0f} ({compress / prefill:.3f})"
+        encoded = sum(p.tokens) + sum(p.dropped)
+        dropped = f"{sum(p.dropped):,} ({sum(p.dropped) / encoded:.0%})" if encoded else "-"
+        lines.append(
+            f"| {p.policy} | {p.frames} | {'-' if ttft is None else f'{ttft:.1f}'} | {_ratio(ttft, base)} "
+            f"| {_mib(p.memory_bytes)} | {_ratio(p.memory_bytes, h.memory_bytes if ok else None)} "
+            f"| {_mib(p.cache_bytes)} | {_ratio(p.cache_bytes, h.cache_bytes if ok else None)} "
+            f"| {'-' if p.ingest_fps is None else f'{p.ingest_fps:.2f}'} "
+            f"| {_ratio(p.ingest_fps, h.ingest_fps if ok else None)} | {share} | {dropped} |"
+        )
+    return lines

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -31,6 +32,7 @@ from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import free_cached_memory, memory_reading
 from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.memory.config import HermesConfig
+from hermes.memory.policies import POLICY_NAMES, check_policies, params_for, parse_policy
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
 from hermes.serving.admission import memory_cap_for
@@ -100,6 +102,8 @@ class Point:
     compress_ms: list[float] = field(default_factory=list)
     guidance_ms: list[float] = field(default_factory=list)  # the guidance pass, part of compress_ms
     evicted: list[int] = field(default_factory=list)  # tokens evicted per chunk (0: nothing to compress)
+    tokens: list[int] = field(default_factory=list)  # tokens prefilled per chunk
+    dropped: list[int] = field(default_factory=list)  # tokens the input filter dropped per chunk
     ingested_frames: int = 0  # frames of those chunks
     cache_bytes: int | None = None
     memory_bytes: int | None = None  # GPU peak on CUDA, process RSS on CPU
@@ -134,13 +138,13 @@ class BenchSettings:
     memory_cap: int | None = None  # bytes; None: the server's cap for the model's devices (memory_cap_for)
     full_max_frames: int | None = None  # None: no limit
     seed: int = 0
+    params: dict[str, Any] = field(default_factory=dict)  # the methods' constants, `method.field`: value
+    static: bool = False  # every frame the same picture (what an input filter drops), not random ones
 
     def __post_init__(self) -> None:
         if not self.policies:
-            raise ValueError("--policies needs at least one of hermes, fifo, full")
-        bad = [p for p in self.policies if p not in DEFAULT_POLICIES]
-        if bad:
-            raise ValueError(f"unknown policy {bad[0]!r}; choose from {', '.join(DEFAULT_POLICIES)}")
+            raise ValueError(f"--policies needs at least one of {', '.join(POLICY_NAMES)}")
+        self.policies = tuple(check_policies(self.policies, self.config, self.params))
         if not self.frames or min(self.frames) < 1:
             raise ValueError("--frames needs positive frame counts, for example 16,64,256")
         self.frames = tuple(sorted(set(self.frames)))
@@ -163,9 +167,15 @@ class BenchResult:
         return next((p for p in self.points if p.policy == policy and p.frames == frames), None)
 
 
-def synthetic_chunk(rng: np.random.Generator, start: int, n: int, size: int, fps: float, index: int) -> Chunk:
-    """`n` random frames as the chunk that starts at global frame `start`."""
-    frames = rng.integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+def synthetic_chunk(
+    rng: np.random.Generator, start: int, n: int, size: int, fps: float, index: int, static: bool = False
+) -> Chunk:
+    """`n` random frames as the chunk that starts at global frame `start`; with `static`, every
+    frame of the stream is the same picture (one drawn from a fresh generator of seed 0)."""
+    source = np.random.default_rng(0) if static else rng
+    frames = source.integers(0, 256, (1 if static else n, size, size, 3), dtype=np.uint8)
+    if static:
+        frames = np.repeat(frames, n, axis=0)
     idx = np.arange(start, start + n)
     return Chunk(frames, idx / fps, idx, idx, index)
 
@@ -223,13 +233,14 @@ def run_policy(
 ) -> list[Point]:
     """Stream one policy to its largest frame count, measuring at each requested count."""
     config = settings.config
-    if policy == "full":
+    full = parse_policy(policy)[0] == "full"
+    if full:
         config = config.with_(max_positions=UNBOUNDED_POSITIONS)
-    limit = settings.full_max_frames if policy == "full" else None
+    limit = settings.full_max_frames if full else None
     device = lm.device
     free_cached_memory(device)
     _reset_peak(device)
-    session = StreamingSession(lm, config, policy=policy)
+    session = StreamingSession(lm, config, policy=policy, params=params_for(policy, settings.params))
     per_token = lm.kv_bytes_per_token
     rng = np.random.default_rng(settings.seed)
     points: list[Point] = []
@@ -258,10 +269,12 @@ def run_policy(
                     )
                 start = session.frames_seen
                 report = session.ingest(
-                    synthetic_chunk(rng, start, n, settings.frame_size, config.fps, session.chunks_seen)
+                    synthetic_chunk(
+                        rng, start, n, settings.frame_size, config.fps, session.chunks_seen, settings.static
+                    )
                 )
                 window.append(report)
-                tokens_per_frame = report.tokens / padded
+                tokens_per_frame = (report.tokens + report.dropped) / padded
                 on_frames(n)
             for _ in range(settings.repeats):
                 for question in settings.questions:
@@ -282,6 +295,8 @@ def run_policy(
         point.compress_ms = [r.compress_ms for r in window]
         point.guidance_ms = [r.guidance_ms for r in window]
         point.evicted = [r.evicted for r in window]
+        point.tokens = [r.tokens for r in window]
+        point.dropped = [r.dropped for r in window]
         point.ingested_frames = session.frames_seen - window_start
         point.cache_bytes = session.memory.cache_bytes()
         point.memory_bytes = _memory(device)
@@ -315,7 +330,8 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
     warm_up(lm, settings)
     largest = settings.frames[-1]
     limits = {
-        p: min(largest, settings.full_max_frames or largest) if p == "full" else largest for p in settings.policies
+        p: min(largest, settings.full_max_frames or largest) if parse_policy(p)[0] == "full" else largest
+        for p in settings.policies
     }
     points: list[Point] = []
     with tqdm(total=sum(limits.values()), unit="frame", disable=not progress, file=sys.stderr) as bar:
@@ -346,6 +362,8 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
         "questions": list(settings.questions),
         "max_new_tokens": settings.max_new_tokens,
         "memory_cap_bytes": cap,
+        "params": dict(settings.params),
+        "static_frames": settings.static,
         "full_max_frames": settings.full_max_frames,
         "memory_kind": memory_kind(lm.device),
         "full_positions_note": "full runs past the model's max_position_embeddings (speed does not depend on it)",

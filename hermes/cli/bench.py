@@ -8,10 +8,12 @@ import sys
 
 from hermes.cli.options import (
     add_memory_options,
+    add_param_option,
     add_run_options,
     check_run_options,
     config_from_args,
     model_options,
+    parse_params,
 )
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20}
@@ -54,6 +56,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         DEFAULT_POLICIES,
         DEFAULT_REPEATS,
     )
+    from hermes.memory.policies import POLICY_NAMES
 
     p = sub.add_parser(
         "bench",
@@ -69,7 +72,17 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         policy=False,
         fps_help="timestamps of the synthetic frames (default: the model's)",
     )
-    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
+    p.add_argument(
+        "--policies",
+        default=",".join(DEFAULT_POLICIES),
+        help=f"comma-separated, from {', '.join(POLICY_NAMES)} (default: %(default)s)",
+    )
+    add_param_option(p)
+    p.add_argument(
+        "--static-frames",
+        action="store_true",
+        help="every synthetic frame the same picture (what +dtd drops) instead of random ones",
+    )
     p.add_argument(
         "--frames",
         default=",".join(map(str, DEFAULT_FRAMES)),
@@ -124,6 +137,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         frame_size=args.frame_size,
         memory_cap=parse_bytes(args.memory_cap),
         full_max_frames=args.full_max_frames or None,
+        params=parse_params(args.param),
+        static=args.static_frames,
     )
     lm = load_bench_model(args.model, allow_cpu_7b=args.allow_cpu_7b, **model_options(args))
     set_threads(args.threads)

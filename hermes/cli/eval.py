@@ -12,6 +12,7 @@ from hermes.cli.options import (
     check_run_options,
     config_from_args,
     model_options,
+    parse_params,
 )
 
 
@@ -46,6 +47,13 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         reindex_default=None,
         reindex_help="default as in the paper: lazy for streamingbench and ovobench, eager for videomme and mvbench",
     )
+    p.add_argument(
+        "--policies",
+        default=None,
+        help="several policies, comma-separated (e.g. hermes,fifo,streammem): each gets its own memory, every "
+        "video is decoded once, and one accuracy table has a column per policy (results-BENCH.POLICY.jsonl); "
+        "instead of --policy",
+    )
     p.add_argument("--max-new-tokens", type=int, default=16, help="generated text per question (0: score only)")
     add_run_options(p)
     p.set_defaults(func=cmd_eval)
@@ -59,8 +67,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from hermes.engine.session import StreamingSession
     from hermes.eval.formats import BENCHES
     from hermes.eval.harness import EvalSettings, run_eval
+    from hermes.eval.policies import PolicyGroup
     from hermes.eval.shard import Shard
     from hermes.eval.summary import official_scores, render_official, render_summary
+    from hermes.memory.policies import check_policies, params_for
     from hermes.models.loading import load_video_lm, set_threads
 
     spec = BENCHES[args.bench]
@@ -74,7 +84,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     items, problems = spec.load(args.annotations)
     if not items and not problems:
         raise ValueError(f"{args.annotations} holds no questions")
-    config_from_args(args, default_reindex=spec.reindex)  # checked before the model loads
+    params = parse_params(args.param)
+    names = [n.strip() for n in (args.policies or args.policy).split(",") if n.strip()]
+    # Checked before the model loads, with the options.
+    policies = check_policies(names, config_from_args(args, default_reindex=spec.reindex), params)
     shard = Shard.from_env()  # RANK and WORLD_SIZE from torchrun or accelerate launch
     placement = model_options(args)
     if shard.sharded and placement["device"] is None and placement["device_map"] is None:
@@ -86,7 +99,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print("note: random weights: answers are noise, accuracy is chance level", file=sys.stderr)
     out = Path(args.out or f"results-{args.bench}.jsonl")
     settings = EvalSettings(max_new_tokens=args.max_new_tokens, limit=args.limit)
-    session = StreamingSession(lm, config, policy=args.policy, max_question_chars=settings.max_question_chars)
+    sessions = {
+        name: StreamingSession(
+            lm, config, policy=name, max_question_chars=settings.max_question_chars, params=params_for(name, params)
+        )
+        for name in policies
+    }
+    if args.policies is not None:
+        summaries = run_eval(
+            lm, spec, items, problems, PolicyGroup(sessions), args.videos, out, settings, not args.no_progress, shard
+        )
+        return _report_policies(args, spec, config, out, summaries)
+    session = sessions[policies[0]]
     summary = run_eval(
         lm, spec, items, problems, session, args.videos, out, settings, progress=not args.no_progress, shard=shard
     )
@@ -114,4 +138,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(render_summary(summary, title), flush=True)
     print("\n" + render_official(args.bench, summary["official"]), flush=True)
     print(f"wrote {out} and {summary_path}", file=sys.stderr)
+    return 0
+
+
+def _report_policies(args: argparse.Namespace, spec, config, out, summaries: dict[str, dict]) -> int:
+    """Write each policy's summary beside its results and print one table, a column per policy."""
+    from hermes.eval.policies import policy_out, render_policy_table
+    from hermes.eval.summary import official_scores
+
+    for name, summary in summaries.items():
+        summary["settings"] = {"bench": args.bench, "model": args.model, "policy": name, "limit": args.limit}
+        summary["settings"] |= config.to_dict()
+        summary["official"] = official_scores(args.bench, summary)
+        path = policy_out(out, name)
+        path.with_name(path.stem + ".summary.json").write_text(json.dumps(summary, indent=2))
+    title = (
+        f"{spec.name}: {args.model}, policies {', '.join(summaries)}, budget {config.budget}, "
+        f"{config.chunk_frames}-frame chunks at {config.fps:g} fps, {config.reindex} re-indexing"
+    )
+    print(render_policy_table(summaries, title), flush=True)
+    print(f"wrote {', '.join(str(policy_out(out, n)) for n in summaries)} and their summaries", file=sys.stderr)
     return 0

@@ -8,7 +8,6 @@ from typing import Any
 
 from hermes.memory.config import HermesConfig
 
-POLICIES = ("hermes", "fifo", "full")
 MODEL_HELP = "hub id, local folder, 'tiny', 'tiny-qwen' or 'tiny-qwen3'"
 FPS_HELP = "sampling rate (default: 0.5 LLaVA-OV, 1 Qwen2.5-VL and Qwen3-VL)"
 DTYPE_ENV = "HERMES_DTYPE"
@@ -32,7 +31,12 @@ def add_memory_options(
     """
     p.add_argument("--model", default=model_default, help=model_help)
     if policy:
-        p.add_argument("--policy", choices=POLICIES, default="hermes")
+        from hermes.memory.policies import POLICY_NAMES
+
+        p.add_argument(
+            "--policy", default="hermes", help=f"memory policy, one of {', '.join(POLICY_NAMES)} (default: %(default)s)"
+        )
+        add_param_option(p)
     p.add_argument("--budget", type=int, default=HermesConfig.budget, help="video tokens kept per layer, |M|")
     p.add_argument("--chunk-frames", type=int, default=HermesConfig.chunk_frames)
     p.add_argument("--fps", type=float, default=None, help=fps_help)
@@ -104,3 +108,26 @@ def check_run_options(args: argparse.Namespace) -> None:
     """Refuse a negative --threads before the model loads (torch would silently keep its own count)."""
     if args.threads < 0:
         raise ValueError("--threads must be 0 (torch's default) or more")
+
+
+def add_param_option(p: argparse.ArgumentParser) -> None:
+    """--param METHOD.FIELD=VALUE, repeatable: a method's constant (infinipot-v.tar_ratio=0.3)."""
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="METHOD.FIELD=VALUE",
+        help="override one constant of a method or input filter, e.g. infinipot-v.tar_ratio=0.3, "
+        "sink.sinks=8, dtd.threshold=0.7 (repeatable)",
+    )
+
+
+def parse_params(items: list[str]) -> dict[str, str]:
+    """{`method.field`: value} from --param items; ValueError for one without `=`."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or "." not in key:
+            raise ValueError(f"--param wants METHOD.FIELD=VALUE, for example infinipot-v.tar_ratio=0.3; got {item!r}")
+        out[key.strip().lower()] = value.strip()
+    return out

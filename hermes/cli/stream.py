@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args, model_options
+from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args, model_options, parse_params
 
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -41,16 +41,25 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
+def checked_params(args: argparse.Namespace) -> dict[str, str]:
+    """--param as a dict, once --policy and it are checked (before the video opens or the model loads)."""
+    from hermes.memory.policies import check_policies
+
+    params = parse_params(args.param)
+    check_policies([args.policy], config_from_args(args), params)
+    return params
+
+
 def _session(args: argparse.Namespace):
     import os
 
     from hermes.engine.session import StreamingSession
     from hermes.models.loading import DEFAULT_MODEL, load_video_lm
 
-    config_from_args(args)  # checked before the model loads
+    params = checked_params(args)
     placement = model_options(args)
     lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, **placement)
-    return StreamingSession(lm, config_from_args(args, lm.default_fps), policy=args.policy)
+    return StreamingSession(lm, config_from_args(args, lm.default_fps), policy=args.policy, params=params)
 
 
 def _answer_json(event, alert: bool = False) -> str:
@@ -79,6 +88,7 @@ def _chunk_json(event) -> str:
             "frames_seen": event.frames_seen,
             "stream_time_s": event.stream_time_s,
             "tokens": event.tokens,
+            "dropped": event.dropped,  # by the policy's input filter (+dtd), before the prefill
             "video_tokens_per_layer": event.video_tokens_per_layer,
             "cache_bytes": event.cache_bytes,
             "prefill_ms": event.prefill_ms,
@@ -125,6 +135,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     questions = [parse_ask(a) for a in args.ask]
     _check_watches(args)
+    checked_params(args)
     info = check_start(args.video, config_from_args(args).fps)  # a bad file fails before the model loads
     session = _session(args)
     session.standing.set_threshold(args.watch_threshold)

@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import torch
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
+from hermes.memory.cache import HermesCache
+from hermes.models.base import VideoLM
+
 # Short on purpose: the guidance pass runs after every chunk past the budget, and its cost grows
 # with the prompt's length (a byte-level tokenizer spends one token per character).
 GLOBAL_PROMPT = "Recall the story: main actors, key events, timeline."
@@ -145,3 +148,14 @@ class AttentionProbe:
                 raise _ProbeDone
 
         return hook
+
+
+def probe_attention(
+    lm: VideoLM, memory: HermesCache, ids: torch.Tensor, queries: dict[int, slice]
+) -> dict[int, torch.Tensor]:
+    """The attention (over every key) that the `queries` tokens of `ids`, read after the memory,
+    pay in each of their layers, from one forward pass; the memory is left untouched."""
+    positions = memory.next_position + torch.arange(ids.shape[-1])[None]
+    with memory.scratch(), AttentionProbe(lm.attention_modules(), list(queries), queries, stop_early=True) as probe:
+        lm.forward(memory, ids, positions)
+    return probe.weights

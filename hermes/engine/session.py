@@ -9,14 +9,16 @@ the memory exactly as it was. Headless: the CLI, the web app, tests and benchmar
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
 
 from hermes.engine.chunk import Chunk
-from hermes.engine.guidance import AttentionProbe, guidance_prompt
+from hermes.engine.filtering import FilteredInputs, check_input_filter
+from hermes.engine.guidance import guidance_prompt, probe_attention
 from hermes.engine.metrics import memory_reading, now_ms
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
 from hermes.memory.cache import ChunkMeta, HermesCache
@@ -60,7 +62,7 @@ class ChunkReport:
     chunk_index: int
     frames_seen: int
     stream_time_s: float
-    tokens: int
+    tokens: int  # prefilled, after the input filter
     prefill_ms: float
     compress_ms: float  # everything after the prefill: guidance, scoring, eviction, re-indexing
     guidance_ms: float  # of which the guidance pass
@@ -73,6 +75,7 @@ class ChunkReport:
     # layer's video slots before eviction, or None where the layer was not probed. Empty when
     # no compression ran. The UI draws it; the memory does not keep it.
     attention: tuple[AttentionRecord | None, ...] = ()
+    dropped: int = 0  # tokens the policy's input filter dropped before the prefill
     # The standing questions read from the memory after this chunk, and the short answer of each
     # one that fired (in the same order as the fired checks).
     watches: list[WatchCheck] = field(default_factory=list)
@@ -116,6 +119,7 @@ class StreamingSession:
         config: HermesConfig | None = None,
         policy: str = "hermes",
         max_question_chars: int = MAX_QUESTION_CHARS,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         config = config or HermesConfig()
         self.max_question_chars = max_question_chars
@@ -123,7 +127,11 @@ class StreamingSession:
             config = config.with_(max_positions=lm.max_positions)
         self.lm = lm
         self.config = config
-        self.policy = make_policy(policy, config)
+        self.policy = make_policy(policy, config, params)
+        self.input_filter = None
+        if self.policy.input_filter is not None:
+            check_input_filter(lm, self.policy.name)
+            self.input_filter = FilteredInputs(lm, self.policy.input_filter)
         # Standing questions outlive a reset (they are the viewer's, not the stream's).
         self.standing = StandingQuestions(AnswerWords.for_lm(lm), max_chars=max_question_chars)
         self.reset()
@@ -143,6 +151,8 @@ class StreamingSession:
         self.answers: list[AnswerUpdate] = []  # the last ANSWERS_KEPT
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
+        if self.input_filter is not None:
+            self.input_filter.reset()
         self.standing.rearm()
 
     # -- streaming -----------------------------------------------------------------------
@@ -154,6 +164,9 @@ class StreamingSession:
         if len(pixels) % multiple:  # Qwen2.5-VL and Qwen3-VL merge frame pairs: repeat the last frame
             pixels = np.concatenate([pixels, np.repeat(pixels[-1:], multiple - len(pixels) % multiple, axis=0)])
         inputs = self.lm.chunk_inputs(pixels, self.config.fps, chunk.timestamps)
+        encoded = inputs.num_tokens
+        if self.input_filter is not None:
+            inputs = self.input_filter(inputs)
         ids = np.asarray(chunk.frame_ids)
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
@@ -166,8 +179,9 @@ class StreamingSession:
         lazy = self.memory.compactions > compactions
         positions = inputs.rel_positions + start
         self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN)
-        self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
-        self.memory.commit(ChunkMeta(frames=frame_ids, positions=positions))
+        if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
+            self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
+            self.memory.commit(ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches))
         t1 = now_ms(device)
         report, guidance_ms, reindex_ms = None, 0.0, t_lazy - t0 if lazy else 0.0
         capacity = self.policy.capacity
@@ -189,6 +203,7 @@ class StreamingSession:
             frames_seen=self.frames_seen,
             stream_time_s=self.stream_time_s,
             tokens=inputs.num_tokens,
+            dropped=encoded - inputs.num_tokens,
             prefill_ms=t1 - t_lazy,
             compress_ms=(t2 - t1) + (t_lazy - t0),
             guidance_ms=guidance_ms,
@@ -217,25 +232,29 @@ class StreamingSession:
         return checks, alerts
 
     def guidance_attention(self) -> list[torch.Tensor | None] | None:
-        """W per layer over its slots after the prefix, for the layers the policy probes, from one
-        forward pass over the guidance prompt: a layer that reads the global query takes the
-        global part's queries, one that reads the hybrid query the whole prompt. None when the
-        policy needs no guidance. The memory is left untouched."""
+        """W per layer over its slots after the prefix, for the layers the policy probes; None when
+        the policy needs no probe. The memory is left untouched.
+
+        HERMES's layers read one forward pass over the guidance prompt: a layer that reads the
+        global query takes the global part's queries, one that reads the hybrid query the whole
+        prompt. StreamMem's layers read a pass over the chat template's tokens after the video."""
         tiers = self.memory.tiers
         wanted = {layer: self.policy.guidance(tier) for layer, tier in enumerate(tiers.tiers)}
-        layers = [layer for layer, query in wanted.items() if query is not None]
-        if not layers:
+        if all(query is None for query in wanted.values()):
             return None
-        ids, n_global = self._guidance_ids()
-        queries = {layer: slice(0, n_global) if wanted[layer] == "global" else slice(None) for layer in layers}
-        positions = self.memory.next_position + torch.arange(ids.shape[-1])[None]
-        with (
-            self.memory.scratch(),
-            AttentionProbe(self.lm.attention_modules(), layers, queries, stop_early=True) as probe,
-        ):
-            self.lm.forward(self.memory, ids, positions)
+        weights: dict[int, torch.Tensor] = {}
+        guided = [layer for layer, query in wanted.items() if query in ("global", "hybrid")]
+        if guided:
+            ids, n_global = self._guidance_ids()
+            part = {"global": slice(0, n_global), "hybrid": slice(None)}
+            weights |= probe_attention(self.lm, self.memory, ids, {layer: part[wanted[layer]] for layer in guided})
+        templated = [layer for layer, query in wanted.items() if query == "template"]
+        if templated:
+            weights |= probe_attention(
+                self.lm, self.memory, self.lm.template_ids(), {layer: slice(None) for layer in templated}
+            )
         p, s = self.memory.prefix_len, self.memory.slots
-        return [probe.weights[layer][p : p + s] if layer in probe.weights else None for layer in range(len(tiers))]
+        return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(tiers))]
 
     def _guidance_ids(self) -> tuple[torch.Tensor, int]:
         """The guidance prompt's ids and the length of its global part. Tokenized again only when

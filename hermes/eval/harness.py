@@ -25,6 +25,7 @@ from hermes.eval.finder import VideoFinder
 from hermes.eval.formats import BenchSpec
 from hermes.eval.forward import answer_forward
 from hermes.eval.items import LETTERS, ForwardItem, Item, ProactiveItem, Problem
+from hermes.eval.policies import PolicyGroup, policy_out
 from hermes.eval.proactive import ProactiveWatch, poll_times
 from hermes.eval.scorers import text_score
 from hermes.eval.shard import Shard, merge_lock, merge_parts, part_path
@@ -199,13 +200,22 @@ def _stream_video(
                 if event.watch.done:
                     continue
                 event.watch.give_up()
-            yield _skip(event.watch.item if isinstance(event, _Poll) else event, str(damage))
+            skip = _skip(event.watch.item if isinstance(event, _Poll) else event, str(damage))
+            yield from ({**skip, "policy": name} for name, _ in _members(session))
         elif isinstance(event, _Poll):
             record = _poll(session, event)
             if record is not None:
                 yield record
         else:
-            yield _ask(session, event, letter_ids, settings)
+            for name, member in _members(session):
+                yield {**_ask(member, event, letter_ids, settings), "policy": name}
+
+
+def _members(session: StreamingSession | PolicyGroup) -> list[tuple[str | None, StreamingSession]]:
+    """(policy, session) for each memory a question is asked of; no policy name for a lone session."""
+    if isinstance(session, PolicyGroup):
+        return list(session.sessions.items())
+    return [(None, session)]
 
 
 def _by_video(items: list[Item]) -> list[list[Item]]:
@@ -221,7 +231,7 @@ def run_eval(
     spec: BenchSpec,
     items: list[Item],
     problems: list[Problem],
-    session: StreamingSession,
+    session: StreamingSession | PolicyGroup,
     videos: str | Path,
     out: str | Path,
     settings: EvalSettings,
@@ -235,12 +245,23 @@ def run_eval(
     into its own part file (`Shard.part`), and returns None while other shards are still running;
     the one that finds every part complete merges them into `out` and returns the summary of the
     whole evaluation.
+
+    With a `PolicyGroup`, every policy's memory streams the same decoded frames and answers every
+    question; each policy's records go to its own file (`policy_out`) and the result is a summary
+    per policy. Such a run is not sharded, and proactive tasks (whose polls keep state) are refused.
     """
     from tqdm import tqdm
 
     items = items[: settings.limit] if settings.limit is not None else items
     shard = shard or Shard()
     out = Path(out)
+    members = _members(session)
+    if len(members) > 1 or members[0][0] is not None:
+        if shard.sharded:
+            raise ValueError("several policies run in one process: launch one sharded run per policy instead")
+        if any(isinstance(it, ProactiveItem) for it in items):
+            raise ValueError("proactive tasks keep state between polls: evaluate them one policy at a time")
+        return _run_policies(lm, spec, items, problems, session, videos, out, settings, progress)
     part = shard.part(out)
     part.parent.mkdir(parents=True, exist_ok=True)
     groups = _by_video(items)
@@ -276,6 +297,7 @@ def run_eval(
             whole = finder.whole(group[0], path)
             try:
                 for record in _stream_video(session, path, group, letter_ids, settings, whole):
+                    record.pop("policy", None)
                     answered.add(record["qid"])
                     write(record)
             except VideoError as exc:
@@ -293,3 +315,72 @@ def run_eval(
             return None  # a shard is still streaming (or stopped): the last one to finish merges
         merged = merge_parts(out, shard.world, parts, [p.qid for p in problems], [[it.qid for it in g] for g in groups])
     return summarize(merged, qids)
+
+
+def _run_policies(
+    lm: VideoLM,
+    spec: BenchSpec,
+    items: list[Item],
+    problems: list[Problem],
+    group: PolicyGroup,
+    videos: str | Path,
+    out: Path,
+    settings: EvalSettings,
+    progress: bool,
+) -> dict[str, dict]:
+    """`run_eval` for several policies at once: each video decoded once, every policy's memory fed
+    its chunks, each question asked of each memory; a summary per policy."""
+    from tqdm import tqdm
+
+    paths = {name: policy_out(out, name) for name in group.sessions}
+    for path in paths.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    done_by = {
+        name: {q for q, r in read_results(path).items() if r["status"] == ANSWERED} for name, path in paths.items()
+    }
+    done = set.intersection(*done_by.values())  # a question any policy still lacks is asked again of all
+    finder = VideoFinder(videos, spec.extensions)
+    letter_ids = letter_token_ids(lm, max((len(it.options) for it in items), default=0))
+    left = [[it for it in g if it.qid not in done] for g in _by_video(items)]
+    total = len(items) * len(paths)
+    bar = tqdm(total=total, initial=total - sum(map(len, left)) * len(paths), unit="answer", disable=not progress)
+    files = {name: path.open("a", encoding="utf-8") for name, path in paths.items()}
+    try:
+
+        def write(record: dict) -> None:
+            name = record.pop("policy")
+            if record["qid"] in done_by[name] and record["status"] == ANSWERED:
+                return  # answered before an interruption: the first record stands
+            files[name].write(json.dumps(record) + "\n")
+            files[name].flush()
+            bar.update(1)
+
+        for problem in problems:
+            for name in paths:
+                write({**_skip(problem, f"malformed entry: {problem.reason}"), "policy": name})
+        for group_items in left:
+            if not group_items:
+                continue
+            path, why = finder.find(group_items[0])
+            if path is None:
+                for item in group_items:
+                    for name in paths:
+                        write({**_skip(item, why), "policy": name})
+                continue
+            answered: set[tuple[str, str]] = set()
+            try:
+                whole = finder.whole(group_items[0], path)
+                for record in _stream_video(group, path, group_items, letter_ids, settings, whole):
+                    answered.add((record["policy"], record["qid"]))
+                    write(record)
+            except VideoError as exc:
+                for item in group_items:
+                    for name in paths:
+                        if (name, item.qid) not in answered:
+                            write({**_skip(item, str(exc)), "policy": name})
+    finally:
+        bar.close()
+        for f in files.values():
+            f.close()
+    qids = [it.qid for it in items] + [p.qid for p in problems]
+    return {name: summarize(read_results(path), qids) for name, path in paths.items()}

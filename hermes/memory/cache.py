@@ -49,12 +49,27 @@ def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype: tor
     return num_layers * tensors * kv_heads * head_dim * dtype.itemsize
 
 
+def rank_within_frame(frames: torch.Tensor) -> torch.Tensor:
+    """Each token's index among the tokens of its frame, in order: a frame's tokens are its
+    patches in raster order, so this is the patch index the rivals compare across frames."""
+    frames = torch.as_tensor(frames, dtype=torch.long)
+    if frames.numel() == 0:
+        return frames.clone()
+    first = torch.ones_like(frames, dtype=torch.bool)
+    first[1:] = frames[1:] != frames[:-1]
+    starts = torch.arange(frames.numel())[first]
+    run = torch.cumsum(first.long(), 0) - 1
+    return torch.arange(frames.numel()) - starts[run]
+
+
 @dataclass
 class ChunkMeta:
-    """What the engine knows about a chunk's tokens: frame index and absolute position of each."""
+    """What the engine knows about a chunk's tokens: frame index, absolute position and patch
+    index (the token's place within its frame; by default its rank among its frame's tokens)."""
 
     frames: torch.Tensor  # (n,) long
     positions: torch.Tensor  # (axes, n) long
+    patches: torch.Tensor | None = None  # (n,) long
 
     def __post_init__(self) -> None:
         self.frames = torch.as_tensor(self.frames, dtype=torch.long).cpu()
@@ -62,6 +77,11 @@ class ChunkMeta:
         self.positions = positions.unsqueeze(0) if positions.dim() == 1 else positions
         if self.positions.shape[-1] != self.frames.numel():
             raise ValueError("ChunkMeta needs one frame index and one position per token")
+        if self.patches is None:
+            self.patches = rank_within_frame(self.frames)
+        self.patches = torch.as_tensor(self.patches, dtype=torch.long).cpu()
+        if self.patches.numel() != self.frames.numel():
+            raise ValueError("ChunkMeta needs one patch index per token")
 
     def __len__(self) -> int:
         return self.frames.numel()
@@ -83,6 +103,7 @@ class HermesLayer(BufferLayer):
         self.prefix_len = 0
         self.stream_ids = torch.empty(0, dtype=torch.long)  # SUMMARY_ID for the summary slot
         self.frames = torch.empty(0, dtype=torch.long)  # -1 for the summary slot
+        self.patches = torch.empty(0, dtype=torch.long)  # index within the frame; -1 for the summary
         self.positions = torch.empty(rope.axes, 0, dtype=torch.long)
         self.origins = torch.empty(rope.axes, 0, dtype=torch.long)  # where each slot's origin key was computed
         self.scores = torch.empty(0)  # last smoothed score, NaN if never scored
@@ -105,6 +126,7 @@ class HermesLayer(BufferLayer):
             t.zero_()
         self.start = self.length = self.committed = self.prefix_len = self.summary_count = 0
         self.stream_ids, self.frames, self.scores = self.stream_ids[:0], self.frames[:0], self.scores[:0]
+        self.patches = self.patches[:0]
         self.positions, self.origins = self.positions[:, :0], self.origins[:, :0]
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -182,6 +204,7 @@ class HermesLayer(BufferLayer):
             raise ValueError(f"layer holds {self.length - self.committed} new tokens, the chunk has {n}")
         self.stream_ids = torch.cat([self.stream_ids, ids])
         self.frames = torch.cat([self.frames, meta.frames])
+        self.patches = torch.cat([self.patches, meta.patches])
         self.positions = torch.cat([self.positions, meta.positions], dim=1)
         self.origins = torch.cat([self.origins, meta.positions], dim=1)
         self.scores = torch.cat([self.scores, torch.full((n,), float("nan"))])
@@ -193,12 +216,19 @@ class HermesLayer(BufferLayer):
         """Forget the scratch tokens: the layer holds its memory exactly as before."""
         self.length = self.committed
 
-    def evict(self, keep: torch.Tensor, scores: torch.Tensor, summarise: bool) -> int:
+    def evict(
+        self, keep: torch.Tensor, scores: torch.Tensor, summarise: bool, merges: Sequence[torch.Tensor] = ()
+    ) -> int:
         """Keep the video slots `keep` (indices in stream order) with their `scores`, in place; fold
-        the others into the summary slot if `summarise`. Returns how many were evicted."""
+        the others into the summary slot if `summarise`. Returns how many were evicted.
+
+        Each of `merges` is a group of video slots whose first one is kept: that slot then holds
+        the group's mean key and value instead of its own (a prototype), keys phase-aligned to it
+        first, as the summary's are."""
         if self.length != self.committed:
             raise RuntimeError("discard or commit the scratch tokens before evicting")
         p, off = self.prefix_len, self.video_offset
+        prototypes = [self._merge(group + off) for group in merges]  # read before the buffers move
         mask = torch.ones(self.slots - off, dtype=torch.bool)
         mask[keep] = False
         evicted = mask.nonzero().squeeze(1)
@@ -212,7 +242,13 @@ class HermesLayer(BufferLayer):
         # index_select makes a temporary; the buffers themselves are rewritten, never replaced.
         for t in self._buffers():
             t[..., p + head : p + head + keep.numel(), :] = t.index_select(-2, src)
-        ids, frames = self.stream_ids[kept_slots], self.frames[kept_slots]
+        if merges:
+            where = {int(slot): i for i, slot in enumerate(keep)}
+            for group, values in zip(merges, prototypes, strict=True):
+                at = p + head + where[int(group[0])]
+                for t, value in zip(self._buffers(), values, strict=True):
+                    t[..., at : at + 1, :] = value
+        ids, frames, patches = self.stream_ids[kept_slots], self.frames[kept_slots], self.patches[kept_slots]
         positions, origins, new_scores = self.positions[:, kept_slots], self.origins[:, kept_slots], scores.float()
         if summarise:
             for t, value in zip(self._buffers(), (k_sum, v_sum, k_sum), strict=False):
@@ -220,10 +256,11 @@ class HermesLayer(BufferLayer):
             at_p = torch.full((self.rope.axes, 1), p, dtype=torch.long)
             ids = torch.cat([torch.tensor([SUMMARY_ID]), ids])
             frames = torch.cat([torch.tensor([-1]), frames])
+            patches = torch.cat([torch.tensor([-1]), patches])
             positions, origins = torch.cat([at_p, positions], dim=1), torch.cat([at_p, origins], dim=1)
             new_scores = torch.cat([torch.tensor([float("nan")]), new_scores])
             self.summary_count += evicted.numel()
-        self.stream_ids, self.frames, self.scores = ids, frames, new_scores
+        self.stream_ids, self.frames, self.patches, self.scores = ids, frames, patches, new_scores
         self.positions, self.origins = positions, origins
         self.length = self.committed = p + ids.numel()
         return int(evicted.numel())
@@ -252,6 +289,20 @@ class HermesLayer(BufferLayer):
             k_sum = k_sum + n * keys[..., p : p + 1, :].float()
             v_sum = v_sum + n * self._v[..., p : p + 1, :].float()
         return (k_sum / (n + m)).to(self._k.dtype), (v_sum / (n + m)).to(self._v.dtype)
+
+    def _merge(self, slots: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The mean key and value of `slots` (slot indices after the prefix), keys first rotated to
+        where the first slot sits; as many tensors as `_buffers` (the origin key too, if kept)."""
+        idx = (self.prefix_len + slots).to(self.device)
+        keys, at = self._origin_keys()
+        first = slots[:1]
+        k = rotate_keys(keys.index_select(-2, idx), at[:, first] - at[:, slots], self.rope).float().mean(-2, True)
+        v = self._v.index_select(-2, idx).float().mean(-2, True).to(self._v.dtype)
+        if self._k0 is None:
+            return k.to(self._k.dtype), v
+        # The origin key sits at the first slot's origin; the key itself at its current position.
+        k_now = rotate_keys(k, self.positions[:, first] - self.origins[:, first], self.rope)
+        return k_now.to(self._k.dtype), v, k.to(self._k0.dtype)
 
     def reindex(self) -> None:
         """Summary at P, video slots left-compacted after it (per axis), keys rotated in place."""
@@ -415,7 +466,16 @@ class HermesCache(Cache):
         self.compactions += 1
 
     def evict(
-        self, keep: Sequence[torch.Tensor], scores: Sequence[torch.Tensor], summarise: Sequence[bool]
+        self,
+        keep: Sequence[torch.Tensor],
+        scores: Sequence[torch.Tensor],
+        summarise: Sequence[bool],
+        merges: Sequence[Sequence[torch.Tensor]] | None = None,
     ) -> list[int]:
-        """Per layer: keep those video slots, fold the rest into the summary where asked."""
-        return [layer.evict(k, s, f) for layer, k, s, f in zip(self.layers, keep, scores, summarise, strict=True)]
+        """Per layer: keep those video slots, fold the rest into the summary where asked, and turn
+        each merge group's first slot into the group's prototype (`HermesLayer.evict`)."""
+        merges = merges or [()] * len(self.layers)
+        return [
+            layer.evict(k, s, f, m)
+            for layer, k, s, f, m in zip(self.layers, keep, scores, summarise, merges, strict=True)
+        ]

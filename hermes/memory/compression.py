@@ -11,7 +11,6 @@ import torch
 
 from hermes.memory.cache import HermesCache
 from hermes.memory.policies import LayerInputs, MemoryPolicy
-from hermes.memory.selection import top_k
 
 AttentionRecord = tuple[np.ndarray, np.ndarray]  # (stream ids, weights) over a layer's video slots
 
@@ -42,15 +41,43 @@ def compress(
         for i, layer in enumerate(cache.layers)
     ]
     scores = [
-        policy.scorer.score(LayerInputs(i, tiers, ids[i].numel(), video_attention[i])) for i in range(len(cache.layers))
+        policy.scorer.score(layer_inputs(cache, i, video_attention[i], selection.keep(tiers[i])))
+        for i in range(len(cache.layers))
     ]
     if policy.smoothing is not None:
         scores = policy.smoothing(scores, ids, tiers)
-    keep = [top_k(s, i, selection.keep(tiers[n])) for n, (s, i) in enumerate(zip(scores, ids, strict=True))]
+    plans = [
+        selection.plan(s, i, layer.frames[layer.video_offset :], tiers[n])
+        for n, (s, i, layer) in enumerate(zip(scores, ids, cache.layers, strict=True))
+    ]
+    keep = [k for k, _ in plans]
     record = tuple(
         None if att is None else (i.numpy().copy(), att.numpy()) for i, att in zip(ids, video_attention, strict=True)
     )
     evicted = cache.evict(
-        keep, [s[k] for s, k in zip(scores, keep, strict=True)], [selection.summarises(t) for t in tiers.tiers]
+        keep,
+        [s[k] for s, k in zip(scores, keep, strict=True)],
+        [selection.summarises(t) for t in tiers.tiers],
+        [m for _, m in plans],
     )
     return CompressionReport(evicted=evicted, attention=record)
+
+
+def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None, keep: int) -> LayerInputs:
+    """What a scorer sees of `layer`: its video slots' keys and values (views of the storage, no
+    copy) and bookkeeping, its tier, the slots it keeps and the probe `attention` over its slots."""
+    held = cache.layers[layer]
+    start = held.prefix_len + held.video_offset
+    off = held.video_offset
+    return LayerInputs(
+        layer,
+        cache.tiers,
+        held.video_ids.numel(),
+        attention,
+        keys=held.keys[..., start : held.committed, :],
+        values=held.values[..., start : held.committed, :],
+        stream_ids=held.video_ids,
+        frames=held.frames[off:],
+        patches=held.patches[off:],
+        keep=keep,
+    )

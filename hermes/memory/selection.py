@@ -40,3 +40,9 @@ class TopK:
     def keep(self, tier: Tier) -> int:
         """Video slots a layer of `tier` keeps."""
         return self.capacity - (1 if self.summarises(tier) else 0)
+
+    def plan(
+        self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The video slots a layer keeps (stream order), and no merge groups."""
+        return top_k(scores, ids, self.keep(tier)), []

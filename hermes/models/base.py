@@ -56,6 +56,7 @@ class ChunkInputs:
     model_kwargs: dict[str, Any]  # pixel values and grids, on the model's device
     frames: torch.Tensor  # (n,) index of each token's frame within the chunk
     rel_positions: torch.Tensor  # (axes, n) positions relative to the chunk's start
+    patches: torch.Tensor | None = None  # (n,) index within the frame, when an input filter dropped tokens
 
     @property
     def num_tokens(self) -> int:
@@ -163,6 +164,11 @@ class VideoLM(ABC):
         """The chat-template tail that follows the video: the question, then the assistant turn."""
         return self.encode(f"{self.video_close}{question}<|im_end|>\n<|im_start|>assistant\n")
 
+    def template_ids(self) -> torch.Tensor:
+        """The chat template's tokens after the video with no question in them: StreamMem's proxy
+        query for what a viewer will ask."""
+        return self.question_ids("")
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -178,6 +184,27 @@ class VideoLM(ABC):
         `timestamps` (F,) are the frames' stream times in seconds (default: 0, 1/fps, ...); a backbone
         that writes the time into its prompt (Qwen3-VL) uses them, the others need only `fps`.
         """
+
+    # Why this backbone cannot take an input filter (+dtd), or None when it can.
+    no_input_filter: ClassVar[str | None] = "this backbone cannot drop visual tokens before the prefill"
+
+    def video_features(self, inputs: ChunkInputs) -> torch.Tensor:
+        """The vision encoder's output for each video placeholder of `inputs` (n_video, hidden), as
+        the model would scatter it into the input embeddings."""
+        raise NotImplementedError(self.no_input_filter)
+
+    def visual_tokens(self, inputs: ChunkInputs) -> torch.Tensor:
+        """(n,) bool: which of the chunk's tokens are visual patches an input filter may drop."""
+        return (inputs.input_ids[0] == self.model.config.video_token_id).cpu()
+
+    @torch.inference_mode()
+    def chunk_embeddings(self, inputs: ChunkInputs) -> torch.Tensor:
+        """The chunk's input embeddings (1, n, hidden), video features in their placeholders: what
+        the model's forward would build from `inputs`, for an input filter to drop tokens from."""
+        embeds = self.model.get_input_embeddings()(inputs.input_ids)
+        placeholders = inputs.input_ids[0] == self.model.config.video_token_id
+        embeds[0, placeholders] = self.video_features(inputs).to(embeds.dtype)
+        return embeds
 
     def position_ids(self, positions: torch.Tensor) -> torch.Tensor:
         """The model's position_ids argument for (axes, n) absolute positions: (1, n) for RoPE;
@@ -202,6 +229,9 @@ class VideoLM(ABC):
         Returns the logits of the last `logits_to_keep` tokens (1, k, vocab); prefills keep one,
         since full logits of a 3K-token chunk over a 150K vocabulary would be gigabytes.
         """
+        # An input filter hands over the chunk's embeddings (with its tokens dropped) instead of ids.
+        if "inputs_embeds" in model_kwargs:
+            input_ids = None
         out = self.model(
             input_ids=input_ids,
             position_ids=self.position_ids(positions.to(self.device)),

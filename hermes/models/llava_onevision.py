@@ -19,6 +19,7 @@ class LlavaOnevision(VideoLM):
     model_class: ClassVar[str] = "LlavaOnevisionForConditionalGeneration"
     default_fps: ClassVar[float] = 0.5  # the paper's sampling rate for this family
     video_close: ClassVar[str] = "\n"
+    no_input_filter: ClassVar[str | None] = None  # +dtd: video features scattered, then dropped
 
     def chunk_inputs(self, pixels: np.ndarray, fps: float, timestamps: np.ndarray | None = None) -> ChunkInputs:
         # SigLIP was trained on [-1, 1] inputs; the hub's video processor config for these
@@ -44,3 +45,19 @@ class LlavaOnevision(VideoLM):
             frames=local,
             rel_positions=torch.arange(n)[None],
         )
+
+    def video_features(self, inputs: ChunkInputs) -> torch.Tensor:
+        config = self.model.config
+        out = self.model.model.get_video_features(
+            inputs.model_kwargs["pixel_values_videos"],
+            vision_feature_layer=config.vision_feature_layer,
+            vision_feature_select_strategy=config.vision_feature_select_strategy,
+            return_dict=True,
+        )
+        return out.pooler_output.flatten(0, 1)
+
+    def visual_tokens(self, inputs: ChunkInputs) -> torch.Tensor:
+        # The chunk's last placeholder holds the learned newline, not a patch: never dropped.
+        visual = super().visual_tokens(inputs)
+        visual[-1] = False
+        return visual

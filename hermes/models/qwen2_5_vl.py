@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from transformers.video_utils import VideoMetadata
 
+from hermes.models.base import ChunkInputs
 from hermes.models.qwen_vl import QwenVL
 
 
@@ -19,6 +20,7 @@ class Qwen25VL(QwenVL):
     name: ClassVar[str] = "Qwen2.5-VL"
     video_open: ClassVar[str] = "<|vision_start|>"
     video_close: ClassVar[str] = "<|vision_end|>"
+    no_input_filter: ClassVar[str | None] = None  # +dtd: video features scattered, then dropped
 
     def video_metadata(self, n: int, fps: float, timestamps: np.ndarray | None) -> VideoMetadata:
         # The real fps matters: without it the processor assumes 24 fps and the temporal
@@ -33,3 +35,8 @@ class Qwen25VL(QwenVL):
         _, h, w = (int(x) for x in grid[0])
         merge = self.model.config.vision_config.spatial_merge_size
         return torch.arange(ids.shape[-1]) // ((h // merge) * (w // merge))
+
+    def video_features(self, inputs: ChunkInputs) -> torch.Tensor:
+        kw = inputs.model_kwargs
+        out = self.model.model.get_video_features(kw["pixel_values_videos"], kw["video_grid_thw"], return_dict=True)
+        return torch.cat(list(out.pooler_output), dim=0)

@@ -29,6 +29,12 @@ class Qwen3VL(QwenVL):
     # processing lays out a video: nothing wraps the video as a whole.
     video_open: ClassVar[str] = ""
     video_close: ClassVar[str] = ""
+    # DeepStack adds the vision tower's intermediate features to the first decoder layers at the
+    # video tokens inside the model's own forward; embeddings with tokens dropped would lose them.
+    no_input_filter: ClassVar[str | None] = (
+        "Qwen3-VL cannot take an input filter: DeepStack feeds visual features into its first decoder "
+        "layers inside the model's forward, which a chunk with dropped tokens would bypass"
+    )
 
     def video_metadata(self, n: int, fps: float, timestamps: np.ndarray | None) -> VideoMetadata:
         times = np.arange(n) / fps if timestamps is None else np.asarray(timestamps, dtype=float)

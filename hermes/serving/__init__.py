@@ -14,7 +14,7 @@ from hermes.serving.answers import AnswerEvent, AnswerTicket
 from hermes.serving.live import LiveStream
 from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
 from hermes.serving.registry import StreamRegistry
-from hermes.serving.settings import COMPARE_POLICIES, POLICIES, SPEEDS, StreamSettings, layer_tiers
+from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, POLICIES, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
@@ -23,6 +23,7 @@ __all__ = [
     "COMPARE_POLICIES",
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
+    "MAX_COMPARED",
     "MAX_STANDING",
     "POLICIES",
     "SPEEDS",

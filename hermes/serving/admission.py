@@ -31,6 +31,7 @@ from collections import Counter
 import psutil
 import torch
 
+from hermes.engine.filtering import check_input_filter
 from hermes.memory.config import HermesConfig
 from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM
@@ -81,6 +82,9 @@ def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
     `default_memory_cap` covers that, since only one job runs at a time).
     """
     config = settings.config()
+    for p in settings.policies:  # a backbone that cannot filter its inputs refuses before anything starts
+        if make_policy(p, config).input_filter is not None:
+            check_input_filter(lm, p)
     return sum(policy_cache_bytes(lm, config, p) for p in settings.policies)
 
 

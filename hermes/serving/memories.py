@@ -17,6 +17,7 @@ from typing import Protocol
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
 from hermes.engine.session import QuestionError, StreamingSession
+from hermes.memory.policies import parse_policy
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
 from hermes.serving.admission import full_slot_limit, policy_cache_bytes
@@ -50,6 +51,7 @@ class StreamMemories:
         self.sessions: dict[str, StreamingSession] = {}
         self.generation = -1  # the stream generation the memories were built for
         self._full_limit: int | None = None  # slots per layer at which a full cache stops
+        self._full: str | None = None  # the policy of that full cache
 
     # -- jobs --------------------------------------------------------------------------------
     def build(self, generation: int, settings: StreamSettings, watching: Callable[[], Sequence[str]]) -> None:
@@ -63,7 +65,9 @@ class StreamMemories:
         for session in self.sessions.values():
             session.standing.set_threshold(settings.watch_threshold)
         self.set_watching(watching())
-        self._full_limit = full_slot_limit(self.lm, config) if "full" in self.sessions else None
+        # A full cache (with or without an input filter) stops the stream at its bound.
+        self._full = next((p for p in self.sessions if parse_policy(p)[0] == "full"), None)
+        self._full_limit = full_slot_limit(self.lm, config) if self._full is not None else None
         self.generation = generation
         budget_bytes = {p: policy_cache_bytes(self.lm, config, p) for p in settings.policies}
         life.ready(generation)
@@ -151,14 +155,14 @@ class StreamMemories:
 
     def at_full_limit(self) -> bool:
         """Whether a full cache cannot take another chunk like the last one."""
-        session = self.sessions.get("full")
+        session = self.sessions.get(self._full) if self._full is not None else None
         if session is None or self._full_limit is None or session.last_chunk is None:
             return False
         return session.memory.slots + session.last_chunk.tokens > self._full_limit
 
     def full_note(self) -> str:
         """Why a full stream stopped at its bound, for the viewer."""
-        mb = self.sessions["full"].memory.cache_bytes() / 2**20
+        mb = self.sessions[self._full].memory.cache_bytes() / 2**20
         return (
             f"The full cache reached its bound ({self._full_limit:,} video tokens per layer, {mb:.1f} MB: the "
             "positions the model has left), so the stream stopped here. Questions still work; pick hermes or "

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 
 from hermes.engine.watch import DEFAULT_THRESHOLD, check_threshold
 from hermes.memory.config import HermesConfig
+from hermes.memory.policies import POLICY_NAMES, PolicyError, check_policies
 from hermes.memory.tiers import Tier, TierMap
 from hermes.models.base import VideoLM
 
-POLICIES = ("hermes", "fifo", "full")
-COMPARE_POLICIES = ("hermes", "fifo")
+POLICIES = POLICY_NAMES
+COMPARE_POLICIES = ("hermes", "fifo")  # the default pair
+MAX_COMPARED = 3  # policies side by side: each holds its own cache
 # Pace of a file stream: times real time; None reads as fast as the model takes the chunks.
 SPEEDS: dict[str, float | None] = {"1x": 1.0, "2x": 2.0, "4x": 4.0, "max": None}
 
@@ -25,6 +27,8 @@ class StreamSettings:
     fps: float = 1.0
     reindex: str = "lazy"
     compare: bool = False
+    # The policies compare mode runs side by side, two or three of POLICIES.
+    compare_policies: tuple[str, ...] = COMPARE_POLICIES
     # Positions the memories may use (None: the model's max_position_embeddings). The full policy
     # stops there; lower it to bound full streams sooner.
     max_positions: int | None = None
@@ -32,15 +36,25 @@ class StreamSettings:
     watch_threshold: float = DEFAULT_THRESHOLD
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {self.policy!r}")
         check_threshold(self.watch_threshold)
-        self.config()  # HermesConfig validates the numbers, with clear messages
+        config = self.config()  # HermesConfig validates the numbers, with clear messages
+        object.__setattr__(self, "policy", check_policies([self.policy], config)[0])
+        compared = tuple(self.compare_policies or ())
+        object.__setattr__(self, "compare_policies", compared)
+        if not self.compare:  # the choice only matters, and is only checked, in compare mode
+            return
+        if not 2 <= len(compared) <= MAX_COMPARED:
+            raise PolicyError(
+                f"compare runs 2 to {MAX_COMPARED} policies side by side; got {len(compared)} "
+                f"({', '.join(compared) or 'none'}); choose from {', '.join(POLICIES)}"
+            )
+        object.__setattr__(self, "compare_policies", tuple(check_policies(compared, config)))
 
     @property
     def policies(self) -> tuple[str, ...]:
-        """The policies to run: HERMES and FIFO side by side in compare mode."""
-        return COMPARE_POLICIES if self.compare else (self.policy,)
+        """The policies to run: the compared ones side by side in compare mode (HERMES and FIFO by
+        default), else the one policy."""
+        return self.compare_policies if self.compare else (self.policy,)
 
     def config(self) -> HermesConfig:
         """The memory configuration of these settings (every memory of the stream uses it)."""

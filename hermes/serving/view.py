@@ -312,6 +312,7 @@ def metrics_of(
         "chunks": view.chunks,
         "queued_chunks": status.queued_chunks,
         "dropped_frames": status.dropped_frames,
+        "policies": list(view.snapshots),  # the memories side by side; the per-policy numbers below
         "frames_in_memory": dict(view.frames_in_memory),
         "cache_bytes": {p: s.cache_bytes for p, s in view.snapshots.items()},
         "video_tokens_per_layer": {

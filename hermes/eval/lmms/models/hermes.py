@@ -25,8 +25,9 @@ from hermes.models.loading import DEFAULT_MODEL, load_video_lm, set_threads
 
 class HermesLMM(lmms):
     """model_args: pretrained (a hub id, a local folder, or 'tiny', 'tiny-qwen', 'tiny-qwen3'),
-    policy (hermes, fifo, full), budget, chunk_frames, fps (default: the model's), reindex
-    (default: the paper's, lazy for OVO-Bench and eager for the offline benchmarks), dtype,
+    policy (any policy name: hermes, fifo, full, sink, infinipot-v, streammem, each also with +dtd),
+    budget, chunk_frames, fps (default: the model's), reindex (default: the paper's, lazy for
+    OVO-Bench and eager for the offline benchmarks), dtype,
     frames_fps (the rate of tasks that give frame folders) and threads (torch's CPU threads, as
     `hermes eval --threads`). Decoding is greedy; one process."""
 

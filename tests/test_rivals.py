@@ -1,0 +1,274 @@
+"""The rival methods against independent computations of their rules, on small hand-made tensors.
+
+Each rule is recomputed here with plain loops (not the module's vectorised code), on inputs built
+so that the rule has one clear answer: static patches for redundancy and for differential token
+dropping, known value norms, known proxy attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hermes.memory.cache import ChunkMeta, HermesCache, rank_within_frame
+from hermes.memory.compression import compress
+from hermes.memory.config import HermesConfig
+from hermes.memory.policies import POLICY_NAMES, PolicyError, make_policy, parse_policy
+from hermes.memory.rivals.dtd import DifferentialDrop
+from hermes.memory.rivals.infinipot import TarVan
+from hermes.memory.rivals.sink import SinkWindow
+from hermes.memory.rivals.streammem import FramePrototypes, ProxyAttention
+from hermes.memory.rope import RopeSpec
+from hermes.memory.scorer import LayerInputs
+from hermes.memory.tiers import Tier, TierMap
+
+HEADS, DIM, LAYERS = 2, 8, 3
+TIERS = TierMap((Tier.SENSORY, Tier.WORKING, Tier.LONG_TERM))
+
+
+def filled_cache(
+    policy: str,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    frames: torch.Tensor,
+    budget: int,
+    dtype: torch.dtype = torch.float32,
+):
+    """A 1D-RoPE cache whose every layer holds the same video slots `keys`/`values` (heads, n, dim)
+    for tokens of `frames`, at positions 0..n-1 (no prefix)."""
+    config = HermesConfig(budget=budget)
+    pol = make_policy(policy, config)
+    spec = RopeSpec(1.0 / (10000 ** (torch.arange(0, DIM, 2).float() / DIM)))
+    cache = HermesCache(LAYERS, spec, config, pol.capacity)
+    n = frames.numel()
+    for layer in range(LAYERS):
+        cache.update(keys[None].to(dtype), values[None].to(dtype), layer)
+    cache.commit(ChunkMeta(frames=frames, positions=torch.arange(n)))
+    return cache, pol, spec
+
+
+# -- names and parameters ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("lru", "unknown policy"),
+        ("dtd", "needs a method before it"),
+        ("+dtd", "needs a method before it"),
+        ("hermes+dtd+dtd", "twice"),
+        ("hermes+blur", "unknown input filter"),
+    ],
+)
+def test_bad_names_say_why_and_list_the_choices(name, words):
+    with pytest.raises(PolicyError) as e:
+        make_policy(name, HermesConfig())
+    assert words in str(e.value)
+    assert "infinipot-v" in str(e.value) and "dtd" in str(e.value)  # the choices
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"infinipot-v.tar_ratio": 1.5}, "[0, 1]"),
+        ({"infinipot-v.query_ratio": 0}, "(0, 1]"),
+        ({"dtd.threshold": 2}, "[-1, 1]"),
+        ({"sink.sinks": -1}, "0 or more"),
+        ({"infinipot-v.window": 3}, "unknown parameter"),
+        ({"sink.sinks": 2}, "no part of"),
+    ],
+)
+def test_bad_parameters_fail_clearly(params, words):
+    name = "sink" if "sink.sinks" in params and params["sink.sinks"] < 0 else "infinipot-v+dtd"
+    with pytest.raises(PolicyError) as e:
+        make_policy(name, HermesConfig(), params)
+    assert words in str(e.value)
+
+
+def test_names_compose_and_parameters_reach_their_dataclass():
+    assert parse_policy("Hermes+DTD") == ("hermes", ("dtd",))
+    pol = make_policy("fifo+dtd", HermesConfig(budget=7), {"dtd.threshold": 0.9})
+    assert pol.name == "fifo+dtd" and pol.input_filter == DifferentialDrop(0.9) and pol.capacity == 7
+    assert make_policy("infinipot-v", HermesConfig(), {"infinipot-v.tar_ratio": "0.25"}).scorer == TarVan(0.25)
+    assert {"sink", "infinipot-v", "streammem", "hermes+dtd", "fifo+dtd"} <= set(POLICY_NAMES)
+    with pytest.raises(PolicyError, match="below the budget"):
+        make_policy("sink", HermesConfig(budget=4))
+
+
+# -- sink --------------------------------------------------------------------------------------
+def test_sink_keeps_the_first_video_tokens_of_the_stream_and_the_newest():
+    n, budget, sinks = 20, 7, SinkWindow().sinks
+    g = torch.Generator().manual_seed(0)
+    keys, values = torch.randn(HEADS, n, DIM, generator=g), torch.randn(HEADS, n, DIM, generator=g)
+    cache, pol, _ = filled_cache("sink", keys, values, torch.arange(n) // 4, budget)
+    compress(cache, pol)
+    expected = list(range(sinks)) + list(range(n - (budget - sinks), n))
+    for layer in cache.layers:
+        assert layer.video_ids.tolist() == expected
+    # The sinks outlive later chunks too: they are the stream's first tokens, not the oldest held.
+    scores = SinkWindow(2).score(LayerInputs(0, TIERS, 5, None, stream_ids=torch.tensor([0, 1, 9, 10, 11])))
+    assert torch.topk(scores, 3).indices.sort().values.tolist() == [0, 1, 4]
+
+
+# -- InfiniPot-V -----------------------------------------------------------------------------------
+def _infinipot_case():
+    """4 frames x 4 patches. Patches 0 and 1 show the same thing in every frame (static keys);
+    patches 2 and 3 change. Values have known norms."""
+    frames, patches = torch.arange(16) // 4, torch.arange(16) % 4
+    g = torch.Generator().manual_seed(1)
+    static = torch.randn(HEADS, 2, DIM, generator=g)
+    keys = torch.randn(HEADS, 16, DIM, generator=g)
+    for t in range(16):
+        if patches[t] < 2:
+            keys[:, t] = static[:, patches[t]] * (1 + 0.1 * int(frames[t]))  # same direction
+    # Per head, so that the mean over heads ranks differently from either head or their maximum.
+    norms = torch.tensor(
+        [[9, 8, 1, 2, 7, 6, 3, 4, 5, 10, 11, 12, 1, 1, 1, 1], [1, 2, 9, 9, 2, 2, 9, 9, 1, 1, 1, 1, 1, 1, 1, 1]]
+    ).float()
+    direction = torch.randn(HEADS, 16, DIM, generator=g)
+    values = direction / direction.norm(dim=-1, keepdim=True) * norms[:, :, None]
+    return keys, values, frames, patches, norms.mean(0)
+
+
+def _expected_infinipot(keys, values, frames, patches, keep, tar_ratio=0.5, query_ratio=0.25):
+    held = sorted(set(frames.tolist()))
+    ref_frames = held[-max(1, int(len(held) * query_ratio)) :]
+    reference = [t for t in range(len(frames)) if int(frames[t]) in ref_frames]
+    older = [t for t in range(len(frames)) if t not in reference]
+    tar = {}
+    for t in older:
+        sims = []
+        for f in ref_frames:
+            match = [u for u in reference if int(frames[u]) == f and int(patches[u]) == int(patches[t])]
+            if match:
+                u = match[0]
+                per_head = [
+                    float(torch.dot(keys[h, t], keys[h, u]) / (keys[h, t].norm() * keys[h, u].norm()))
+                    for h in range(HEADS)
+                ]
+                sims.append(sum(per_head) / HEADS)
+        tar[t] = -(sum(sims) / len(sims)) if sims else 0.0
+    tar_budget = keep - round((1 - tar_ratio) * keep)
+    picks = sorted(older, key=lambda t: tar[t], reverse=True)[: max(0, tar_budget - len(reference))]
+    pinned = set(reference) | set(picks)
+    van = {t: sum(float(values[h, t].norm()) for h in range(HEADS)) / HEADS for t in range(len(frames))}
+    rest = sorted((t for t in range(len(frames)) if t not in pinned), key=lambda t: (van[t], t), reverse=True)
+    return sorted(pinned | set(rest[: keep - len(pinned)]))
+
+
+def test_infinipot_keeps_the_newest_frames_the_least_redundant_and_then_the_largest_values():
+    keys, values, frames, patches, _ = _infinipot_case()
+    keep = 10  # TaR: 5 slots, of which the 4 reference tokens (frame 3); VaN: 5
+    cache, pol, _ = filled_cache("infinipot-v", keys, values, frames, keep)
+    compress(cache, pol)
+    expected = _expected_infinipot(keys, values, frames, patches, keep)
+    for layer in cache.layers:
+        assert layer.video_ids.tolist() == expected
+    kept = set(expected)
+    assert {12, 13, 14, 15} <= kept  # the reference frame, whatever its value norms (all 1)
+    # The one TaR pick, the least redundant older token, is a changing patch (2 or 3), and kept.
+    scorer = TarVan()
+    inputs = LayerInputs(0, TIERS, 16, None, keys[None], values[None], torch.arange(16), frames, patches, keep)
+    pick = int(torch.argmax(scorer.redundancy(inputs, scorer.reference(frames))[:12]))
+    assert int(patches[pick]) >= 2 and pick in kept
+    assert len(expected) == keep
+
+
+def test_infinipot_redundancy_is_high_for_static_patches():
+    keys, values, frames, patches, _ = _infinipot_case()
+    inputs = LayerInputs(0, TIERS, 16, None, keys[None], values[None], torch.arange(16), frames, patches, 8)
+    scorer = TarVan()
+    tar = scorer.redundancy(inputs, scorer.reference(frames))
+    static = [t for t in range(12) if patches[t] < 2]
+    moving = [t for t in range(12) if patches[t] >= 2]
+    assert all(abs(float(tar[t]) + 1.0) < 1e-5 for t in static)  # cosine 1 with the same patch
+    assert max(float(tar[t]) for t in static) < min(float(tar[t]) for t in moving)
+
+
+def test_infinipot_value_norm_is_the_mean_over_heads_of_each_heads_norm():
+    keys, values, frames, patches, mean_norms = _infinipot_case()
+    # Keep 8: the TaR share (4) is the reference frame alone, so every older slot scores its VaN.
+    inputs = LayerInputs(0, TIERS, 16, None, keys[None], values[None], torch.arange(16), frames, patches, 8)
+    scores = TarVan().score(inputs)
+    assert torch.allclose(scores[:12], mean_norms[:12], atol=1e-5)
+    assert float(scores[12:].min()) > float(scores[:12].max())  # the reference frame pinned above
+
+
+# -- StreamMem -----------------------------------------------------------------------------------
+def _rope(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
+    """RoPE by `delta` positions, written out: pairs (x_i, x_{i+d/2}) turned by delta * theta_i."""
+    half = keys.shape[-1] // 2
+    angle = delta * spec.inv_freq.double()
+    cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
+    x1, x2 = keys[..., :half], keys[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_tokens(dtype):
+    frames = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    attention = torch.tensor([0.30, 0.01, 0.02, 0.20, 0.15, 0.03, 0.10, 0.05, 0.04])
+    g = torch.Generator().manual_seed(2)
+    keys, values = torch.randn(HEADS, 9, DIM, generator=g), torch.randn(HEADS, 9, DIM, generator=g)
+    budget = 6
+    keys, values = keys.to(dtype).float(), values.to(dtype).float()  # what a 16-bit cache holds
+    cache, pol, spec = filled_cache("streammem", keys, values, frames, budget, dtype)
+    atol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert pol.guidance(Tier.SENSORY) == "template"
+    compress(cache, pol, [attention] * LAYERS)
+    # By hand: the best k tokens plus a prototype per frame among the rest must fit in 6. k = 3
+    # (0, 3, 4) leaves frames 0, 1 and 2 with evicted tokens: 3 + 3 = 6. Each prototype sits at
+    # its frame's best evicted token: 2 (frame 0), 5 (frame 1), 6 (frame 2).
+    groups = {2: [2, 1], 5: [5], 6: [6, 7, 8]}
+    expected = [0, 2, 3, 4, 5, 6]
+    for layer in cache.layers:
+        assert layer.video_ids.tolist() == expected
+        k, v = layer.keys[0], layer.values[0]
+        for slot, token in enumerate(expected):
+            group = groups.get(token, [token])
+            want_v = torch.stack([values[:, t] for t in group]).mean(0)
+            want_k = torch.stack([_rope(keys[:, t], token - t, spec) for t in group]).mean(0)
+            assert torch.allclose(v[:, slot].float(), want_v, atol=atol)
+            assert torch.allclose(k[:, slot].float(), want_k, atol=atol)
+            if layer._k0 is not None:  # a 16-bit cache's origin key: the prototype at its own origin
+                assert torch.allclose(layer._k0[0, :, slot].float(), want_k, atol=atol)
+
+
+def test_streammem_plan_falls_back_to_top_k_when_frames_outnumber_slots():
+    plan = FramePrototypes(2).plan(torch.tensor([0.5, 0.1, 0.9, 0.2]), torch.arange(4), torch.arange(4), Tier.SENSORY)
+    assert plan[0].tolist() == [0, 2] and plan[1] == []
+    with pytest.raises(ValueError, match="needs attention"):
+        ProxyAttention().score(LayerInputs(0, TIERS, 3, None))
+
+
+# -- differential token dropping --------------------------------------------------------------------
+def test_dtd_drops_patches_that_match_the_previous_frame():
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(4, 16, generator=g)
+    f0 = base
+    f1 = base.clone()
+    f1[3] = torch.randn(16, generator=g)  # patch 3 changes
+    f2 = f1 * 2.0  # same directions: every patch static by cosine
+    f2[0] = -f1[0]  # but patch 0 turns around
+    text = torch.randn(1, 16, generator=g)
+    features = torch.cat([f0, f1, f2, text])
+    frames = torch.tensor([0] * 4 + [1] * 4 + [2] * 4 + [2])
+    visual = torch.tensor([True] * 12 + [False])
+    patches = rank_within_frame(frames)
+    keep, last = DifferentialDrop(0.5).keep(features, frames, patches, visual)
+    # By hand: frame 0 kept whole; frame 1 keeps patch 3 only; frame 2 keeps patch 0 only; text kept.
+    assert (~keep).nonzero().squeeze(1).tolist() == [4, 5, 6, 9, 10, 11]
+    # Independent: cosine against the same patch of the previous frame as encoded (not as kept).
+    for t in range(4, 12):
+        cos = torch.nn.functional.cosine_similarity(features[t], features[t - 4], dim=0)
+        assert bool(keep[t]) == (float(cos) <= 0.5)
+    # The next chunk compares its first frame with this chunk's last one.
+    keep2, _ = DifferentialDrop(0.5).keep(
+        f2.clone(), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4, dtype=torch.bool), last
+    )
+    assert not keep2.any()
+
+
+def test_rank_within_frame():
+    assert rank_within_frame(torch.tensor([0, 0, 0, 2, 2, 5])).tolist() == [0, 1, 2, 0, 1, 0]
+    assert math.isclose(float(ChunkMeta(torch.tensor([1, 1]), torch.arange(2)).patches[1]), 1.0)

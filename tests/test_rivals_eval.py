@@ -1,0 +1,142 @@
+"""Several policies in one evaluation: each its own memory, each video decoded once, one table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes.cli.main import main
+from hermes.engine.session import StreamingSession
+from hermes.eval.formats import BENCHES
+from hermes.eval.harness import EvalSettings, run_eval
+from hermes.eval.policies import PolicyGroup, policy_out
+from hermes.memory.config import HermesConfig
+from tests.eval_helpers import CHUNK, FPS, records_of, videomme
+
+POLICIES = ("hermes", "fifo", "streammem")
+
+
+def _config() -> HermesConfig:
+    return HermesConfig(budget=300, chunk_frames=CHUNK, fps=FPS, reindex="eager")
+
+
+def test_each_policy_in_a_group_answers_as_it_would_alone(llava_lm, eval_videos: Path, tmp_path: Path, monkeypatch):
+    spec = BENCHES["videomme"]
+    items, problems = spec.load(videomme(tmp_path / "vmme.json"))
+    settings = EvalSettings(max_new_tokens=2)
+    decoded = []
+    import hermes.eval.harness as harness
+
+    real = harness.iter_video
+    monkeypatch.setattr(harness, "iter_video", lambda *a, **k: decoded.append(a[0]) or real(*a, **k))
+    group = PolicyGroup({p: StreamingSession(llava_lm, _config(), policy=p) for p in POLICIES})
+    out = tmp_path / "group.jsonl"
+    summaries = run_eval(llava_lm, spec, items, problems, group, eval_videos, out, settings, False)
+    assert set(summaries) == set(POLICIES)
+    videos = len({it.video for it in items if it.video})
+    assert len(decoded) <= videos  # each video decoded once for all three policies
+    alone = tmp_path / "alone.jsonl"
+    decoded.clear()
+    run_eval(
+        llava_lm,
+        spec,
+        items,
+        problems,
+        StreamingSession(llava_lm, _config(), policy="fifo"),
+        eval_videos,
+        alone,
+        settings,
+        False,
+    )
+    by_qid = {r["qid"]: r for r in records_of(policy_out(out, "fifo"))}
+    for record in records_of(alone):
+        twin = by_qid[record["qid"]]
+        assert twin["status"] == record["status"]
+        if record["status"] == "answered":
+            assert twin["option_logprobs"] == record["option_logprobs"] and twin["text"] == record["text"]
+    # The policies' memories differ, so do their scores somewhere.
+    scores = {p: [r.get("option_logprobs") for r in records_of(policy_out(out, p))] for p in POLICIES}
+    assert scores["hermes"] != scores["fifo"] or scores["fifo"] != scores["streammem"]
+
+
+def test_eval_cli_prints_one_table_with_a_column_per_policy(eval_videos: Path, tmp_path: Path, capsys):
+    ann = videomme(tmp_path / "vmme.json")
+    out = tmp_path / "r.jsonl"
+    argv = ["eval", "--bench", "videomme", "--annotations", str(ann), "--videos", str(eval_videos), "--out", str(out)]
+    argv += ["--model", "tiny", "--fps", "1", "--budget", "300", "--chunk-frames", "4", "--no-progress"]
+    assert main([*argv, "--policies", "hermes,fifo+dtd,sink", "--max-new-tokens", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "| task | hermes | fifo+dtd | sink |" in table and "**overall**" in table
+    for p in ("hermes", "fifo+dtd", "sink"):
+        assert policy_out(out, p).exists()
+    assert main([*argv, "--policies", "hermes,lru"]) == 2
+    assert "unknown policy 'lru'" in capsys.readouterr().err
+    assert main([*argv, "--policies", "hermes,hermes"]) == 2
+    assert "named twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [["--policy", "dtd"], ["--policy", "sink", "--param", "sink.sinks=-2"]])
+def test_stream_and_bench_refuse_bad_policies_before_anything_starts(bad, capsys):
+    assert main(["stream", "no-such-video.mp4", "--model", "no-such-model", *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no-such" not in err  # the policy, before the video or the model
+    bench = ["bench", "--model", "no-such-model", "--policies", f"hermes,{bad[1]}", *bad[2:]]
+    assert main(bench) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no-such" not in err
+
+
+def test_stream_settings_take_every_policy_and_two_or_three_compared():
+    from hermes.memory.policies import PolicyError
+    from hermes.serving import StreamSettings
+
+    assert StreamSettings(compare=True).policies == ("hermes", "fifo")  # the default pair
+    chosen = StreamSettings(compare=True, compare_policies=["sink", "streammem", "hermes+dtd"])
+    assert chosen.policies == ("sink", "streammem", "hermes+dtd")
+    assert StreamSettings(policy="infinipot-v+dtd", compare_policies=[]).policies == ("infinipot-v+dtd",)
+    for bad, words in [
+        ({"policy": "dtd"}, "needs a method"),
+        ({"compare": True, "compare_policies": ["hermes"]}, "2 to 3"),
+        ({"compare": True, "compare_policies": ["hermes", "fifo", "sink", "streammem"]}, "2 to 3"),
+        ({"compare": True, "compare_policies": ["hermes", "hermes"]}, "twice"),
+        ({"compare": True, "compare_policies": ["lru", "fifo"]}, "unknown policy"),
+    ]:
+        with pytest.raises(PolicyError, match=words):
+            StreamSettings(**bad)
+
+
+def test_bench_table_against_hermes_from_made_up_points():
+    from hermes.bench.report import rivals_table
+    from hermes.bench.run import BenchResult, Point
+
+    def point(policy: str, ttft: float, memory: int, prefill: float, compress: float, tokens: int, dropped: int):
+        return Point(
+            policy,
+            64,
+            ttft_ms=[ttft],
+            prefill_ms=[prefill],
+            compress_ms=[compress],
+            tokens=[tokens],
+            dropped=[dropped],
+            ingested_frames=8,
+            cache_bytes=1000,
+            memory_bytes=memory,
+        )
+
+    meta = {"memory_kind": "peak RSS (VmHWM, since the policy started)"}
+    result = BenchResult(
+        meta,
+        [
+            point("hermes", 10.0, 2 * 2**20, 900.0, 100.0, 400, 0),  # 8 frames in 1 s
+            point("streammem", 12.0, 2 * 2**20, 400.0, 100.0, 400, 0),  # 8 frames in 0.5 s
+            point("hermes+dtd", 5.0, 2**20, 90.0, 10.0, 100, 300),  # 8 frames in 0.1 s, 75% dropped
+            Point("full", 64, status="out of memory"),
+        ],
+    )
+    rows = {line.split(" | ")[0].strip("| "): line for line in rivals_table(result) if line.startswith("| ")}
+    assert "| 12.0 | 1.20x | 2.00 | 1.00x | 0.00 | 1.00x | 16.00 | 2.00x | 100 (0.250) | 0 (0%) |" in rows["streammem"]
+    assert "| 5.0 | 0.50x | 1.00 | 0.50x |" in rows["hermes+dtd"] and "| 80.00 | 10.00x |" in rows["hermes+dtd"]
+    assert rows["hermes+dtd"].endswith("| 300 (75%) |")
+    assert "out of memory" in rows["full"]
+    assert rivals_table(BenchResult(meta, [point("fifo", 1, 1, 1, 1, 1, 0)])) == []  # no HERMES to compare with
