@@ -54,7 +54,7 @@ def asks_at(chunk: int) -> bool:
 SLOPE_BOUND = 4.0  # MiB per hour of stream
 MIB = 2**20
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(300 + 3600 * HOURS)]  # an hour of stream takes minutes
 _libc = ctypes.CDLL(ctypes.util.find_library("c"))
 
 
