@@ -36,13 +36,14 @@ def compress(
     if policy.scorer is None or selection is None or cache.slots <= selection.capacity:
         return None
     tiers = cache.tiers
-    ids = [layer.video_ids for layer in cache.layers]
+    ids = [layer.video_ids for layer in cache.kv_layers]
     video_attention = [
         None if attention is None or attention[i] is None else attention[i][layer.video_offset :].float().cpu()
-        for i, layer in enumerate(cache.layers)
+        for i, layer in enumerate(cache.kv_layers)
     ]
     scores = [
-        policy.scorer.score(LayerInputs(i, tiers, ids[i].numel(), video_attention[i])) for i in range(len(cache.layers))
+        policy.scorer.score(LayerInputs(i, tiers, ids[i].numel(), video_attention[i]))
+        for i in range(len(cache.kv_layers))
     ]
     if policy.smoothing is not None:
         scores = policy.smoothing(scores, ids, tiers)
