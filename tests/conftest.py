@@ -49,7 +49,7 @@ def qwen35_lm():
     return load_video_lm("tiny-qwen35")
 
 
-@pytest.fixture(scope="session", params=["llava", "qwen", "qwen3"])
+@pytest.fixture(scope="session", params=["llava", "qwen", "qwen3", "qwen35"])
 def lm(request):
     """Each tiny architecture in turn."""
     return request.getfixturevalue(f"{request.param}_lm")

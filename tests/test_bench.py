@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def test_kv_bytes_per_token_matches_the_cache(lm) -> None:
     memory = StreamingSession(lm, HermesConfig(budget=BUDGET)).memory
-    assert lm.kv_bytes_per_token * memory.prefix_len == memory.cache_bytes()
+    assert lm.kv_bytes_per_token * memory.prefix_len + lm.state_bytes == memory.cache_bytes()
 
 
 def test_prefill_bytes() -> None:

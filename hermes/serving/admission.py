@@ -4,11 +4,12 @@ Once a stream's budget is reached, every layer of its cache holds the text prefi
 number of slots (|M| + 1 for hermes: the summary slot, or one extra video slot; |M| for fifo), so
 its size is known before the stream starts:
 
-    bytes = (prefix + slots) * VideoLM.kv_bytes_per_token
+    bytes = (prefix + slots) * VideoLM.kv_bytes_per_token + VideoLM.state_bytes
 
-where a token takes, over all layers, its key and value and in 16-bit caches its origin key
-(`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * head_dim * dtype bytes,
-tensors = 3 in bf16 and fp16, 2 in fp32),
+where a token takes, over all key-value layers, its key and value and in 16-bit caches its origin
+key (`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * head_dim * dtype
+bytes, tensors = 3 in bf16 and fp16, 2 in fp32), and a hybrid model's linear-attention layers add
+their states, whose size does not depend on the stream (0 for the other backbones),
 
 summed over the stream's caches (two in compare mode). The `full` policy has no budget: the app
 bounds it by the positions the model has left after the question margin (what the engine can hold
@@ -70,7 +71,7 @@ def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
 
 def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: str) -> int:
     """The bytes one memory of `policy` holds once its budget is reached (for `full`: at its bound)."""
-    return (prefix_len(lm) + slots_per_layer(lm, config, policy)) * lm.kv_bytes_per_token
+    return (prefix_len(lm) + slots_per_layer(lm, config, policy)) * lm.kv_bytes_per_token + lm.state_bytes
 
 
 def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
