@@ -362,6 +362,7 @@ class HermesCache(Cache):
             layers=[layer.snapshot(self.tiers[i]) for i, layer in enumerate(self.kv_layers)],
             layer_indices=list(self.kv_layer_indices),
             state_layers=len(self.state_layers),
+            state_bytes=self.state_bytes(),
         )
 
     # -- filling ---------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ class MemorySnapshot:
     # layers hold a fixed-size linear-attention state instead of keys and values (hybrid models).
     layer_indices: list[int] | None = None
     state_layers: int = 0
+    state_bytes: int = 0  # of those states, included in cache_bytes; constant
 
     def layer_names(self) -> list[int]:
         """The decoder layer number of each entry of `layers`, as the model counts its layers."""
