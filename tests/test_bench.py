@@ -33,6 +33,28 @@ def test_kv_bytes_per_token_matches_the_cache(lm) -> None:
     assert lm.kv_bytes_per_token * memory.prefix_len + lm.state_bytes == memory.cache_bytes()
 
 
+def test_several_models_in_one_run_are_compared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--model a,b`: each model's table and files, then one table of both, a hybrid model's
+    key-value layers and constant states named."""
+    out = tmp_path / "bench.json"
+    args = _parser().parse_args(
+        [
+            "bench",
+            *("--model", "tiny,tiny-qwen35", "--frames", "4", "--budget", "50", "--chunk-frames", "2"),
+            *("--policies", "hermes", "--repeats", "1", "--max-new-tokens", "1", "--json", str(out), "--no-progress"),
+        ]
+    )
+    assert args.func(args) == 0
+    table = capsys.readouterr().out
+    hybrid = json.loads((tmp_path / "bench-tiny-qwen35.json").read_text())["meta"]
+    assert json.loads((tmp_path / "bench-tiny.json").read_text())["meta"]["kv_layers"] == 4
+    assert hybrid["layers"] == 12 and hybrid["kv_layers"] == 3 and hybrid["state_bytes"] > 0
+    side = table[table.index("Models side by side") :]
+    assert "| tiny | 4 layers |" in side
+    assert "| tiny-qwen35 | 12 layers: 3 with keys and values, 9 with states (" in side
+    assert side.count("frames/s") == 1 and len(side.strip().splitlines()) == 5
+
+
 def test_prefill_bytes() -> None:
     # The old and the grown cache side by side, plus a (new x all) mask at 4 bytes an entry.
     assert prefill_bytes(10, 100, 20) == 10 * (100 + 120) + 4 * 20 * 120

@@ -197,3 +197,32 @@ def test_past_the_budget_bytes_are_flat_and_questions_leave_everything_bit_ident
     assert_same_memory(before, session.memory)
     session.ingest(_chunks(_frames(2, seed=5, size=64))[0])
     assert session.memory.storage() == storage  # a chunk past the budget allocates nothing
+
+
+# -- the app's serving layer -----------------------------------------------------------------------
+def test_compare_mode_and_a_standing_question_on_a_live_stream(worker, qwen35_lm, clips):
+    """Compare (hermes beside fifo) with a standing question, through the app's serving layer: the
+    published map names the attention layers and the states, and both memories hold their budget."""
+    from hermes.serving.admission import cache_bytes_for
+    from hermes.serving.live import LiveStream
+    from hermes.serving.settings import StreamSettings
+    from tests.helpers import streamed
+
+    settings = StreamSettings(budget=60, chunk_frames=2, fps=FPS, compare=True)
+    stream = LiveStream(worker, qwen35_lm, settings, key="q35")
+    try:
+        stream.watch("Is there a red square?")
+        streamed(stream, clips["short"], settings=settings)
+        view = stream.view()
+        assert set(view.snapshots) == {"hermes", "fifo"}
+        for policy, snap in view.snapshots.items():
+            assert snap.layer_names() == [3, 7, 11] and snap.state_layers == 9
+            alone = cache_bytes_for(qwen35_lm, StreamSettings(budget=60, chunk_frames=2, fps=FPS, policy=policy))
+            assert snap.cache_bytes == alone  # past the budget: what admission reserved, states included
+        metrics = stream.metrics()
+        assert metrics["kv_layers"]["hermes"] == [3, 7, 11] and metrics["state_bytes"]["fifo"] == qwen35_lm.state_bytes
+        assert {p.policy for p in view.watch_history} == {"hermes", "fifo"}
+        done = [e for e in stream.ask("What happened?", max_new_tokens=3).events() if e.done]
+        assert [e.policy for e in done] == ["hermes", "fifo"] and all(e.error is None for e in done)
+    finally:
+        stream.close()
