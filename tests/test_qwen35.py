@@ -226,3 +226,31 @@ def test_compare_mode_and_a_standing_question_on_a_live_stream(worker, qwen35_lm
         assert [e.policy for e in done] == ["hermes", "fifo"] and all(e.error is None for e in done)
     finally:
         stream.close()
+
+
+def test_a_device_map_with_offloaded_layers_streams_like_one_device(qwen35_lm, tmp_path):
+    """`--device-map`: with every other decoder layer offloaded to disk (linear-attention and
+    attention layers alike, run through accelerate's hooks), the stream is the one-device stream."""
+    from tests.helpers import random_chunk
+
+    layers = {f"model.language_model.layers.{i}": "disk" if i % 2 else "cpu" for i in range(qwen35_lm.num_layers)}
+    rest = ("model.visual", "model.language_model.embed_tokens", "model.language_model.norm", "lm_head")
+    placement = {**dict.fromkeys(rest, "cpu"), "model.language_model.rotary_emb": "cpu", **layers}
+    lm = load_video_lm("tiny-qwen35", device_map=placement, offload_folder=tmp_path)
+    assert lm.language_model.layers[1].linear_attn.in_proj_qkv.weight.device.type == "meta"  # really offloaded
+    assert lm.language_model.layers[7].self_attn.q_proj.weight.device.type == "meta"
+    config = HermesConfig(budget=100, chunk_frames=2, fps=FPS)
+    mapped, plain = StreamingSession(lm, config), StreamingSession(qwen35_lm, config)
+    for i in range(4):
+        a, b = mapped.ingest(random_chunk(i)), plain.ingest(random_chunk(i))
+        assert a.evicted == b.evicted and a.cache_bytes == b.cache_bytes
+    assert b.evicted > 0
+    for (k0, v0), (k1, v1) in zip(mapped.memory.kv(), plain.memory.kv(), strict=True):
+        torch.testing.assert_close(k0, k1, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(v0, v1, rtol=1e-5, atol=1e-5)
+    for s0, s1 in zip(mapped.memory.state_layers, plain.memory.state_layers, strict=True):
+        for name, t in s0.states().items():
+            torch.testing.assert_close(t, s1.states()[name], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        mapped.first_token_logprobs(QUESTION), plain.first_token_logprobs(QUESTION), rtol=1e-4, atol=1e-4
+    )
