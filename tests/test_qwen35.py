@@ -254,3 +254,26 @@ def test_a_device_map_with_offloaded_layers_streams_like_one_device(qwen35_lm, t
     torch.testing.assert_close(
         mapped.first_token_logprobs(QUESTION), plain.first_token_logprobs(QUESTION), rtol=1e-4, atol=1e-4
     )
+
+
+def test_eval_scores_a_benchmark_file_on_qwen35(qwen35_lm, eval_videos, tmp_path):
+    """The benchmark harness streams a StreamingBench file into a Qwen3.5 memory and scores each
+    question from the first answer token's log-probabilities, the memory untouched between them."""
+    from hermes.eval.formats import BENCHES
+    from hermes.eval.harness import EvalSettings, run_eval
+    from tests.eval_helpers import records_of, write_json
+
+    opts = ["A. yes", "B. no", "C. maybe", "D. never"]
+    questions = [
+        {"task_type": "T", "question": q, "time_stamp": at, "answer": a, "options": opts}
+        for q, at, a in (("Now?", "00:00:04", "A"), ("Later?", "00:00:07", "B"))
+    ]
+    ann = write_json(tmp_path / "sb.json", [{"video_path": "videos/long.mp4", "questions": questions}])
+    spec = BENCHES["streamingbench"]
+    items, problems = spec.load(ann)
+    session = StreamingSession(qwen35_lm, HermesConfig(budget=60, chunk_frames=2, fps=FPS))
+    out = tmp_path / "q35.jsonl"
+    summary = run_eval(qwen35_lm, spec, items, problems, session, eval_videos, out, EvalSettings(0), False)
+    records = {r["qid"]: r for r in records_of(out)}
+    assert [records[q]["status"] for q in ("0.0", "0.1")] == ["answered", "answered"]
+    assert records["0.1"]["frames_seen"] == 8 and summary["overall"]["answered"] == 2
