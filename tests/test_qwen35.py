@@ -277,3 +277,19 @@ def test_eval_scores_a_benchmark_file_on_qwen35(qwen35_lm, eval_videos, tmp_path
     records = {r["qid"]: r for r in records_of(out)}
     assert [records[q]["status"] for q in ("0.0", "0.1")] == ["answered", "answered"]
     assert records["0.1"]["frames_seen"] == 8 and summary["overall"]["answered"] == 2
+
+
+def test_admission_splits_keys_and_states_over_devices_by_their_layers(qwen35_lm, monkeypatch):
+    """With layers 0-7 on one GPU and 8-11 on another, the first holds 2 of the 3 attention layers'
+    keys and values and 6 of the 9 states."""
+    from hermes.serving import admission
+    from hermes.serving.settings import StreamSettings
+
+    settings = StreamSettings(budget=256, chunk_frames=2, fps=FPS)
+    total = admission.cache_bytes_for(qwen35_lm, settings)
+    states = qwen35_lm.state_bytes
+    cuda = [torch.device("cuda", 0)] * 8 + [torch.device("cuda", 1)] * 4
+    monkeypatch.setattr(qwen35_lm, "layer_devices", lambda: cuda)
+    split = admission.cache_bytes_per_device(qwen35_lm, settings)
+    assert split == {cuda[0]: (total - states) * 2 // 3 + states * 6 // 9, cuda[8]: (total - states) // 3 + states // 3}
+    assert abs(sum(split.values()) - total) <= 2  # integer shares

@@ -86,11 +86,19 @@ def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
 
 
 def cache_bytes_per_device(lm: VideoLM, settings: StreamSettings) -> dict[torch.device, int]:
-    """`cache_bytes_for` split over the devices of the model's layers: every layer holds the same
-    number of tokens, so a device holds the total times its share of the layers."""
+    """`cache_bytes_for` split over the devices of the model's layers: every key-value layer holds
+    the same number of tokens, so a device holds the keys and values times its share of those
+    layers, and (a hybrid model) the states times its share of the linear-attention layers."""
     devices = lm.layer_devices()
-    total = cache_bytes_for(lm, settings)
-    return {device: total * n // len(devices) for device, n in Counter(devices).items()}
+    linear = set(lm.linear_layers)
+    states = lm.state_bytes * len(settings.policies)
+    kv_total = cache_bytes_for(lm, settings) - states
+    kv = Counter(device for i, device in enumerate(devices) if i not in linear)
+    held = Counter(device for i, device in enumerate(devices) if i in linear)
+    return {
+        device: kv_total * kv[device] // max(1, lm.kv_layers) + states * held[device] // max(1, len(linear))
+        for device in dict.fromkeys(devices)
+    }
 
 
 def memory_cap_for(lm: VideoLM, cap_mb: float | None = None) -> int:
