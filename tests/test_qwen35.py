@@ -293,3 +293,28 @@ def test_admission_splits_keys_and_states_over_devices_by_their_layers(qwen35_lm
     split = admission.cache_bytes_per_device(qwen35_lm, settings)
     assert split == {cuda[0]: (total - states) * 2 // 3 + states * 6 // 9, cuda[8]: (total - states) // 3 + states // 3}
     assert abs(sum(split.values()) - total) <= 2  # integer shares
+
+
+def test_hybrid_rows_join_only_an_empty_batch_with_equal_length_questions(qwen35_lm):
+    """No hybrid row is ever padded: the first step takes the rows whose questions have the first
+    one's length; a row with another length waits for the next batch, and all answer as alone."""
+    from hermes.engine.batch import BatchDecoder
+    from tests.helpers import random_chunk
+
+    sessions = []
+    for s in range(3):
+        session = StreamingSession(qwen35_lm, HermesConfig(budget=60, chunk_frames=2, fps=FPS))
+        for i in range(s + 1):  # memories of different lengths: their keys are left-padded, as usual
+            session.ingest(random_chunk(i, seed=10 * s + i))
+        sessions.append(session)
+    questions = ["Who?", "Where is it?", "Why?"]
+    decoder = BatchDecoder(qwen35_lm)
+    rows = [decoder.add(s, q, 3) for s, q in zip(sessions, questions, strict=True)]
+    decoder.step()
+    assert decoder.rows == [rows[0], rows[2]] and decoder.joining == [rows[1]]
+    assert not decoder._padded or decoder._mask[:, -rows[0].ids.shape[-1] :].all()  # no padded question token
+    while len(decoder):
+        decoder.step()
+    for session, question in zip(sessions, questions, strict=True):
+        batched, alone = session.answers[-1], session.ask(question, 3)
+        assert (batched.text, batched.tokens) == (alone.text, alone.tokens)
