@@ -298,7 +298,8 @@ class HermesCache(Cache):
         self.config = config or HermesConfig()
         self.rope = rope
         self.capacity = capacity
-        layers = [StateLayer() if i in set(linear) else HermesLayer(rope) for i in range(num_layers)]
+        linear = set(linear)
+        layers = [StateLayer() if i in linear else HermesLayer(rope) for i in range(num_layers)]
         self.kv_layers: list[HermesLayer] = [layer for layer in layers if isinstance(layer, HermesLayer)]
         self.state_layers: list[StateLayer] = [layer for layer in layers if isinstance(layer, StateLayer)]
         # The decoder layer of each HERMES layer, for the views that name layers as the model does.
