@@ -318,3 +318,33 @@ def test_hybrid_rows_join_only_an_empty_batch_with_equal_length_questions(qwen35
     for session, question in zip(sessions, questions, strict=True):
         batched, alone = session.answers[-1], session.ask(question, 3)
         assert (batched.text, batched.tokens) == (alone.text, alone.tokens)
+
+
+def test_the_same_adapter_serves_the_mixture_of_experts_checkpoints(qwen35_lm):
+    """Qwen3.5-MoE and Qwen3.6 (`qwen3_5_moe`): the tiny model's layers with expert MLPs wrap into the
+    same memory, hold the budget, and below it answer as `full`."""
+    from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+    from hermes.models.loading import wrap
+    from hermes.models.qwen3_5 import Qwen35Moe
+    from tests.helpers import random_chunk
+
+    dense = qwen35_lm.model.config
+    text = {k: v for k, v in dense.text_config.to_dict().items() if k not in ("model_type", "intermediate_size")}
+    text |= {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    text["shared_expert_intermediate_size"] = 32
+    ids = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    vision = {k: v for k, v in dense.vision_config.to_dict().items() if k != "model_type"}
+    config = Qwen3_5MoeConfig(text_config=text, vision_config=vision, **{k: getattr(dense, k) for k in ids})
+    torch.manual_seed(0)
+    lm = wrap(Qwen3_5MoeForConditionalGeneration(config), qwen35_lm.processor)
+    assert isinstance(lm, Qwen35Moe) and lm.linear_layers == qwen35_lm.linear_layers
+    small = StreamingSession(lm, HermesConfig(budget=60, chunk_frames=2, fps=FPS))
+    hermes = StreamingSession(lm, HermesConfig(budget=100_000, chunk_frames=2, fps=FPS))
+    full = StreamingSession(lm, HermesConfig(budget=100_000, chunk_frames=2, fps=FPS), policy="full")
+    for i in range(3):
+        report = small.ingest(random_chunk(i))
+        hermes.ingest(random_chunk(i))
+        full.ingest(random_chunk(i))
+    assert report.evicted > 0 and report.video_tokens_per_layer == [61, 61, 60]
+    assert torch.equal(hermes.first_token_logprobs(QUESTION), full.first_token_logprobs(QUESTION))
