@@ -2,6 +2,7 @@
 plain `model.generate`.
 
     python examples/library.py --model tiny                     # offline, random weights
+    python examples/library.py --model tiny-qwen35              # a hybrid Qwen3.5, offline
     python examples/library.py --model llava-hf/llava-onevision-qwen2-0.5b-ov-hf --video my.mp4
 
 The model and processor are loaded with `transformers` itself. HERMES Live's engine prefills each
@@ -33,7 +34,7 @@ SAMPLE = Path(__file__).resolve().parent.parent / "assets" / "cockatoo.mp4"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny", help="hub id, local folder, or 'tiny' / 'tiny-qwen'")
+    parser.add_argument("--model", default="tiny", help="hub id, local folder, or 'tiny' / 'tiny-qwen' / 'tiny-qwen35'")
     parser.add_argument("--video", default=str(SAMPLE))
     parser.add_argument("--question", default="What is happening in the video?")
     parser.add_argument("--budget", type=int, default=512, help="video tokens each layer keeps")
@@ -55,7 +56,9 @@ def main() -> None:
             session.ingest(chunk)
     if (chunk := chunker.flush()) is not None:
         session.ingest(chunk)
-    print(f"{session.frames_seen} frames streamed; each layer keeps {cache.video_tokens_per_layer()[-1]} video tokens")
+    # A hybrid model (Qwen3.5) has key-value layers only every fourth layer; the others hold a state.
+    kept = cache.video_tokens_per_layer()[-1]
+    print(f"{session.frames_seen} frames streamed; each key-value layer keeps {kept} video tokens")
 
     # 3. Answer with plain generate on the cache: only the question's tokens are new, at the
     #    positions the memory says come next. `scratch()` drops the question and answer after.

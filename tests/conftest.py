@@ -41,7 +41,15 @@ def qwen3_lm():
     return load_video_lm("tiny-qwen3")
 
 
-@pytest.fixture(scope="session", params=["llava", "qwen", "qwen3"])
+@pytest.fixture(scope="session")
+def qwen35_lm():
+    """The tiny Qwen3.5 (12 layers: 9 linear attention, 3 full attention), through the real loading path."""
+    from hermes.models.loading import load_video_lm
+
+    return load_video_lm("tiny-qwen35")
+
+
+@pytest.fixture(scope="session", params=["llava", "qwen", "qwen3", "qwen35"])
 def lm(request):
     """Each tiny architecture in turn."""
     return request.getfixturevalue(f"{request.param}_lm")

@@ -36,14 +36,16 @@ def random_chunk(index: int, n: int = 2, size: int = 64, seed: int | None = None
 
 def memory_state(memory: HermesCache) -> tuple:
     """Everything a memory holds, copied: keys and values (of the memory, no scratch tokens), each
-    layer's bookkeeping, its storage, its next position and the tokens it has seen."""
+    layer's bookkeeping, a hybrid model's linear-attention states (the working ones, which the model
+    reads next), its storage, its next position and the tokens it has seen."""
     assert memory.get_seq_length() == memory.prefix_len + memory.slots, "scratch tokens left in the memory"
     kv = [(k.clone(), v.clone()) for k, v in memory.kv()]
     books = [
         (layer.stream_ids.clone(), layer.frames.clone(), layer.positions.clone(), layer.scores.clone())
-        for layer in memory.layers
+        for layer in memory.kv_layers
     ]
-    return kv, books, memory.storage(), memory.next_position, memory.tokens_seen
+    states = [t.clone() for layer in memory.state_layers for t in layer.states().values()]
+    return kv, books, states, memory.storage(), memory.next_position, memory.tokens_seen
 
 
 def assert_same_memory(before: tuple, memory: HermesCache, storage: bool = True) -> None:
@@ -56,9 +58,10 @@ def assert_same_memory(before: tuple, memory: HermesCache, storage: bool = True)
     for b0, b1 in zip(before[1], after[1], strict=True):
         assert all(torch.equal(x, y) for x, y in zip(b0[:3], b1[:3], strict=True))
         assert torch.equal(b0[3].isnan(), b1[3].isnan()) and torch.equal(b0[3].nan_to_num(), b1[3].nan_to_num())
-    assert before[3:] == after[3:]
+    assert len(before[2]) == len(after[2]) and all(torch.equal(x, y) for x, y in zip(before[2], after[2], strict=True))
+    assert before[4:] == after[4:]
     if storage:
-        assert before[2] == after[2]
+        assert before[3] == after[3]
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 60.0, step: float = 0.05) -> T:

@@ -235,6 +235,27 @@ def test_figures_stay_small_on_long_streams():
     assert len(figures.attention_figure(view).to_json()) < 40_000
 
 
+def test_a_hybrid_models_map_names_its_attention_layers_and_its_states():
+    """Qwen3.5: the map's rows are the key-value layers, labelled with their decoder layer, and a
+    note says how many other layers hold a fixed-size state."""
+    snap = snapshot([[0, 1], [0, 1], [0, 1]])
+    snap.layer_indices, snap.state_layers, snap.state_bytes = [3, 7, 11], 9, 3 * 2**20
+    view = LiveView(
+        version=1,
+        settings=SMALL,
+        snapshots={"hermes": snap},
+        frame_tokens=FrameTokens().extended(2, 2.0),
+        frames_seen=2,
+    )
+    fig = figures.retained_map_figure(view)
+    assert list(fig.layout.yaxis.ticktext) == ["3", "7", "11"]
+    (note,) = [a.text for a in fig.layout.annotations if "linear attention" in a.text]
+    assert note.startswith("9 more layers") and "3.0 MiB" in note
+    plain = figures.retained_map_figure(LiveView(**{**vars(view), "snapshots": {"hermes": snapshot([[0, 1]] * 3)}}))
+    assert list(plain.layout.yaxis.ticktext) == ["0", "1", "2"]
+    assert not [a for a in plain.layout.annotations if "linear attention" in (a.text or "")]
+
+
 def test_the_budget_line_is_the_published_budget_bytes():
     snap = snapshot([[0, 1], [0, 1], [0, 1]])
     record = ChunkRecord(1.0, 2, 4.0, {"hermes": 96, "fifo": 96}, {}, {}, rss_bytes=2**20, gpu_allocated_bytes=None)

@@ -124,7 +124,7 @@ def test_the_batch_cache_grows_as_answers_get_longer(qwen_lm, monkeypatch):
         for row, update in decoder.step():
             updates[row.tag] = update
         if decoder.rows:
-            grown.add(decoder._cache.layers[0]._k.shape[-2])
+            grown.add(decoder._cache.kv_layers[0]._k.shape[-2])
     assert len(grown) > 1
     for i, s in enumerate(sessions):
         assert updates[i].tokens == 12 and updates[i].text == s.ask("What is happening?", 12).text

@@ -30,7 +30,29 @@ def _parser() -> argparse.ArgumentParser:
 
 def test_kv_bytes_per_token_matches_the_cache(lm) -> None:
     memory = StreamingSession(lm, HermesConfig(budget=BUDGET)).memory
-    assert lm.kv_bytes_per_token * memory.prefix_len == memory.cache_bytes()
+    assert lm.kv_bytes_per_token * memory.prefix_len + lm.state_bytes == memory.cache_bytes()
+
+
+def test_several_models_in_one_run_are_compared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--model a,b`: each model's table and files, then one table of both, a hybrid model's
+    key-value layers and constant states named."""
+    out = tmp_path / "bench.json"
+    args = _parser().parse_args(
+        [
+            "bench",
+            *("--model", "tiny,tiny-qwen35", "--frames", "4", "--budget", "50", "--chunk-frames", "2"),
+            *("--policies", "hermes", "--repeats", "1", "--max-new-tokens", "1", "--json", str(out), "--no-progress"),
+        ]
+    )
+    assert args.func(args) == 0
+    table = capsys.readouterr().out
+    hybrid = json.loads((tmp_path / "bench-tiny-qwen35.json").read_text())["meta"]
+    assert json.loads((tmp_path / "bench-tiny.json").read_text())["meta"]["kv_layers"] == 4
+    assert hybrid["layers"] == 12 and hybrid["kv_layers"] == 3 and hybrid["state_bytes"] > 0
+    side = table[table.index("Models side by side") :]
+    assert "| tiny | 4 layers |" in side
+    assert "| tiny-qwen35 | 12 layers: 3 with keys and values, 9 with states (" in side
+    assert side.count("frames/s") == 1 and len(side.strip().splitlines()) == 5
 
 
 def test_prefill_bytes() -> None:
@@ -248,7 +270,16 @@ def test_random_7b_builder_streams_when_shrunk(name: str) -> None:
     """The same builder with small sizes: bf16 weights, the tiny tokenizer's ids, real frame costs."""
     text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4}
     text["num_key_value_heads"] = 2
-    if "qwen" in name:
+    hybrid = name.startswith("qwen3.5")
+    if hybrid:  # 12 layers: every fourth full attention, so three key-value layers as in the others
+        linear = {"linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16}
+        text |= {"num_hidden_layers": 12, "head_dim": 64, "linear_value_head_dim": 16, **linear}
+        text["rope_parameters"] = {
+            **{"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+            **{"mrope_section": [3, 3, 2], "mrope_interleaved": True},
+        }
+        vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
+    elif "qwen" in name:
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
         vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
         vision["fullatt_block_indexes"] = [1]
@@ -256,10 +287,13 @@ def test_random_7b_builder_streams_when_shrunk(name: str) -> None:
         vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
     lm = random7b.load_random_7b(name, device="cpu", allow_cpu=True, text=text, vision=vision)
     assert lm.dtype == torch.bfloat16 and lm.random_weights and lm.source == name
-    assert lm.text_config.vocab_size == (151936 if "0.5b" in name else 152064)
+    assert lm.text_config.vocab_size == (151936 if "0.5b" in name else 248320 if hybrid else 152064)
     frames = np.random.default_rng(0).integers(0, 256, (4, 384, 384, 3), dtype=np.uint8)
-    # 196 tokens per 384 px frame (LLaVA-OV, plus the newline), 196 per frame pair (Qwen2.5-VL).
-    assert lm.chunk_inputs(frames, lm.default_fps).num_tokens == (4 * 196 + 1 if "llava" in name else 2 * 196)
+    inputs = lm.chunk_inputs(frames, lm.default_fps)
+    if hybrid:  # 144 video tokens per 384 px frame pair (16 px patches, 2 x 2 merged), and timestamps
+        assert int((inputs.input_ids == lm.model.config.video_token_id).sum()) == 2 * 144
+    else:  # 196 tokens per 384 px frame (LLaVA-OV, plus the newline), 196 per frame pair (Qwen2.5-VL)
+        assert inputs.num_tokens == (4 * 196 + 1 if "llava" in name else 2 * 196)
     session = StreamingSession(lm, HermesConfig(budget=300, chunk_frames=4, fps=lm.default_fps))
     chunk = bench.synthetic_chunk(np.random.default_rng(0), 0, 4, 384, lm.default_fps, 0)
     assert session.ingest(chunk).video_tokens_per_layer == [301, 301, 300]

@@ -32,7 +32,7 @@ def test_memory_size_is_fixed_after_many_chunks(lm):
     for i in range(8):
         report = s.ingest(random_chunk(i, FRAMES))
         if s.memory.tokens_seen > budget + 1:
-            lengths = {layer.keys.shape[-2] for layer in s.memory.layers}
+            lengths = {layer.keys.shape[-2] for layer in s.memory.kv_layers}
             assert lengths == {s.memory.prefix_len + 1 + budget}
             sizes.add(report.cache_bytes)
     assert len(sizes) == 1  # exactly constant once the budget is reached
@@ -65,7 +65,7 @@ def test_guidance_attention_matches_eager_and_leaves_cache(lm, monkeypatch, bloc
     before = memory_state(s.memory)
     ids = lm.question_ids("Where is the red ball?")
     positions = s.memory.next_position + torch.arange(ids.shape[-1])[None]
-    layers = range(lm.num_layers)
+    layers = range(lm.kv_layers)  # a hybrid model's linear-attention layers have no attention to probe
     with s.memory.scratch(), AttentionProbe(lm.attention_modules(), layers) as probe:
         lm.forward(s.memory, ids, positions)
     assert_same_memory(before, s.memory)
@@ -144,7 +144,7 @@ def test_qwen_positions_continue_across_chunks(qwen_lm):
         )
         expected = whole[:, 0, p:] - p + start
         s.ingest(chunk)
-        got = s.memory.layers[0].positions[:, -inputs.num_tokens :]
+        got = s.memory.kv_layers[0].positions[:, -inputs.num_tokens :]
         assert torch.equal(got, expected)
         assert start == (max(int(x.max()) for x in seen) + 1 if seen else p)
         seen.append(got)

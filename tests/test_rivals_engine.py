@@ -40,7 +40,7 @@ def test_budget_holds_with_constant_bytes_and_questions_leave_memory_alone(lm, p
     for i in range(5):
         report = s.ingest(random_chunk(i, FRAMES))
         if s.memory.slots >= s.policy.capacity:
-            assert {layer.slots for layer in s.memory.layers} == {s.policy.capacity}
+            assert {layer.slots for layer in s.memory.kv_layers} == {s.policy.capacity}
             sizes.add(report.cache_bytes)
             storage.add(tuple(s.memory.storage()))
     assert len(sizes) == 1 and len(storage) == 1  # exactly constant, no storage reallocated
@@ -60,7 +60,7 @@ def test_streammem_probes_with_the_chat_template_tokens(llava_lm):
     # The probe is the template's tail after the video, with no question in it.
     assert torch.equal(llava_lm.template_ids(), llava_lm.question_ids(""))
     report = s.ingest(random_chunk(1, FRAMES))
-    kept = [set(layer.video_ids.tolist()) for layer in s.memory.layers]
+    kept = [set(layer.video_ids.tolist()) for layer in s.memory.kv_layers]
     assert report.evicted and all(len(k) == 60 for k in kept)
 
 

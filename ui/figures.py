@@ -142,7 +142,8 @@ def retained_map_figure(view: LiveView) -> go.Figure:
                 colorscale=[[0, "#f8fafc"], [0.02, "#e0e7ff"], [0.5, "#818cf8"], [1, "#312e81"]],
                 colorbar={"title": {"text": "kept", "side": "right"}, "tickformat": ".0%", "len": 0.9, "x": 1.01},
                 showscale=col == len(policies),
-                hovertemplate="layer %{y}<br>frames around %{x:.0f}<br>kept %{z:.0%}<extra></extra>",
+                customdata=[[name] * len(centers) for name in snap.layer_names()],
+                hovertemplate="layer %{customdata}<br>frames around %{x:.0f}<br>kept %{z:.0%}<extra></extra>",
                 xgap=1,
                 ygap=1,
             ),
@@ -180,12 +181,31 @@ def retained_map_figure(view: LiveView) -> go.Figure:
                     textangle=-90,
                 )
         fig.update_xaxes(title_text="stream time (frame)", row=1, col=col, range=[-0.5, view.frames_seen - 0.5])
-    n_layers = len(next(iter(view.snapshots.values())).layers)
-    fig.update_yaxes(range=[-0.5, n_layers - 0.5], dtick=max(1, n_layers // 8), ticks="")
+    first = next(iter(view.snapshots.values()))
+    n_layers = len(first.layers)
+    # Rows are the layers with keys and values, labelled with their decoder layer number (a hybrid
+    # model's attention layers are every fourth one).
+    step = max(1, n_layers // 8)
+    rows = list(range(0, n_layers, step))
+    names = first.layer_names()
+    fig.update_yaxes(range=[-0.5, n_layers - 0.5], tickvals=rows, ticktext=[str(names[r]) for r in rows], ticks="")
     # Non-breaking spaces keep the layer numbers clear of the tier band.
     fig.update_yaxes(title_text="layer", title_standoff=24, ticksuffix="\u00a0" * 7, row=1, col=1)
     fig = _layout(fig, 380)
     fig.update_layout(margin={"l": 96, "t": 48})
+    if first.state_layers:
+        fig.add_annotation(
+            text=f"{first.state_layers} more layers are linear attention: each holds a fixed-size state "
+            f"({first.state_bytes / 2**20:.1f} MiB in all), not tokens",
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=1.0,
+            yshift=30,
+            xanchor="left",
+            showarrow=False,
+            font={"size": 11, "color": "#6b7280"},
+        )
     return fig
 
 
@@ -226,7 +246,7 @@ def attention_figure(view: LiveView) -> go.Figure:
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.1,
-        subplot_titles=[f"layer {i} · {snap.layers[i].tier.value}" for i in layers],
+        subplot_titles=[f"layer {snap.layer_names()[i]} · {snap.layers[i].tier.value}" for i in layers],
     )
     for row, i in enumerate(layers, start=1):
         x, y = binned_profile(record[i][1].astype(float))

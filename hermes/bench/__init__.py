@@ -5,7 +5,15 @@ bytes, peak memory) at each requested frame count; `report` holds the headline r
 their targets and writes the table, JSON and a Plotly page.
 """
 
-from hermes.bench.report import TARGETS, headline, render_markdown, result_dict, write_html, write_json
+from hermes.bench.report import (
+    TARGETS,
+    headline,
+    render_comparison,
+    render_markdown,
+    result_dict,
+    write_html,
+    write_json,
+)
 from hermes.bench.run import (
     CPU_FULL_MAX_FRAMES,
     DEFAULT_BENCH_MODEL,
@@ -40,6 +48,7 @@ __all__ = [
     "headline",
     "load_bench_model",
     "prefill_bytes",
+    "render_comparison",
     "render_markdown",
     "result_dict",
     "run_bench",

@@ -175,12 +175,21 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**20:,.2f}"
 
 
+def _layers_label(meta: dict) -> str:
+    """'24 layers', or for a hybrid model how many keep keys and values and how many a state."""
+    kv = meta.get("kv_layers", meta["layers"])
+    if kv == meta["layers"]:
+        return f"{meta['layers']} layers"
+    states, state_mib = meta["layers"] - kv, _mib(meta["state_bytes"])
+    return f"{meta['layers']} layers: {kv} with keys and values, {states} with states ({state_mib} MiB in all)"
+
+
 def render_markdown(result: BenchResult) -> str:
     """The table and the headline ratios, as Markdown."""
     meta = result.meta
     weights = ", random weights" if meta["random_weights"] else ""
     lines = [
-        f"Model: {meta['model']} ({meta['architecture']}, {meta['layers']} layers, {meta['dtype']}{weights}); "
+        f"Model: {meta['model']} ({meta['architecture']}, {_layers_label(meta)}, {meta['dtype']}{weights}); "
         f"device: {meta['device']}.",
         f"Budget {meta['budget']} tokens per layer, chunks of {meta['chunk_frames']} frames, "
         f"{meta['frame_size']} px frames = {meta['tokens_per_frame']:g} tokens per frame, "
@@ -206,6 +215,25 @@ def render_markdown(result: BenchResult) -> str:
     for h in headline(result):
         verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
         lines.append(f"- {h['name']}: {h['text']} (target {h['target']}: {verdict})")
+    return "\n".join(lines)
+
+
+def render_comparison(results: list[BenchResult]) -> str:
+    """Several models of one run side by side, as Markdown: ingest speed and what the memory holds."""
+    lines = [
+        "| model | layers | tokens/frame | hermes ingest frames/s | hermes cache MiB (states) | kv bytes/token |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        meta = result.meta
+        ingest = _ingest(result)
+        hermes = [p for p in result.points if p.policy == "hermes" and p.cache_bytes is not None]
+        cache = _mib(hermes[-1].cache_bytes) if hermes else "-"
+        lines.append(
+            f"| {meta['model']} | {_layers_label(meta)} | {meta['tokens_per_frame']:g} "
+            f"| {'-' if ingest is None else f'{ingest.value:.2f}'} | {cache} ({_mib(meta.get('state_bytes', 0))}) "
+            f"| {meta['kv_bytes_per_token']:,} |"
+        )
     return "\n".join(lines)
 
 

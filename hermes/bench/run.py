@@ -63,8 +63,9 @@ def load_bench_model(
     device_map: str | None = None,
 ) -> VideoLM:
     """The random-weight architectures (`llava-ov-0.5b-random`, `llava-ov-7b-random`,
-    `qwen2.5-vl-7b-random`) from their configs, anything else via load_video_lm (`tiny`,
-    `tiny-qwen`, `tiny-qwen3`, a checkpoint), in `dtype`, on `device` or spread by `device_map`."""
+    `qwen2.5-vl-7b-random`, `qwen3.5-0.8b-random`, `qwen3.5-9b-random`) from their configs, anything
+    else via load_video_lm (`tiny`, `tiny-qwen`, `tiny-qwen3`, `tiny-qwen35`, a checkpoint), in
+    `dtype`, on `device` or spread by `device_map`."""
     from hermes.models.random7b import RANDOM_MODELS, load_random_7b
 
     if name in RANDOM_MODELS:
@@ -346,6 +347,8 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
         "architecture": lm.arch,
         "random_weights": lm.random_weights,
         "layers": lm.num_layers,
+        "kv_layers": lm.kv_layers,  # fewer than the layers in a hybrid model, whose others hold states
+        "state_bytes": lm.state_bytes,
         "dtype": str(lm.dtype).removeprefix("torch."),
         "device": device_label(lm.device),
         "device_type": lm.device.type,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hermes.cli.options import (
     add_memory_options,
@@ -15,6 +18,9 @@ from hermes.cli.options import (
     model_options,
     parse_params,
 )
+
+if TYPE_CHECKING:
+    from hermes.bench import BenchResult, BenchSettings
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20}
 _UNITS |= {"g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
@@ -67,8 +73,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     add_memory_options(
         p,
         model_default=DEFAULT_BENCH_MODEL,
-        model_help="'tiny', 'tiny-qwen', 'tiny-qwen3', a checkpoint, or the random-weight 7B architectures "
-        "'llava-ov-7b-random' / 'qwen2.5-vl-7b-random' (GPU) (default: %(default)s)",
+        model_help="'tiny', 'tiny-qwen', 'tiny-qwen3', 'tiny-qwen35', a checkpoint, or the random-weight real "
+        "architectures 'llava-ov-0.5b-random' / 'qwen3.5-0.8b-random' (CPU) and 'llava-ov-7b-random' / "
+        "'qwen2.5-vl-7b-random' / 'qwen3.5-9b-random' (GPU); several, comma-separated, run one after the "
+        "other with the same settings and are compared at the end (default: %(default)s)",
         policy=False,
         fps_help="timestamps of the synthetic frames (default: the model's)",
     )
@@ -115,17 +123,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the efficiency benchmark and print its table and headline ratios."""
-    from hermes.bench import (
-        CPU_FULL_MAX_FRAMES,
-        BenchSettings,
-        load_bench_model,
-        render_markdown,
-        run_bench,
-        write_html,
-        write_json,
-    )
-    from hermes.models.loading import set_threads
+    from hermes.bench import BenchSettings, render_comparison
 
+    names = [m.strip() for m in args.model.split(",") if m.strip()]
+    if not names:
+        raise ValueError("--model is empty")
     check_run_options(args)
     # Every option is checked before the model loads, which takes minutes for the 7B ones.
     settings = BenchSettings(
@@ -140,9 +142,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
         params=parse_params(args.param),
         static=args.static_frames,
     )
-    lm = load_bench_model(args.model, allow_cpu_7b=args.allow_cpu_7b, **model_options(args))
+    results = []
+    for name in names:
+        # With several models, each one's JSON and HTML go to FILE with the model's name before the suffix.
+        tag = name if len(names) > 1 else None
+        results.append(_bench_one(name, settings, args, tag))
+        print(flush=True)
+    if len(results) > 1:
+        print("Models side by side (this run, same settings):", flush=True)
+        print(render_comparison(results), flush=True)
+    return 0
+
+
+def _named(path: str | None, tag: str | None) -> str | None:
+    """`path`, or with several models `path` with `tag` (a model name) before its suffix."""
+    if path is None or tag is None:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-{re.sub(r'[^A-Za-z0-9._-]+', '_', tag)}{p.suffix}"))
+
+
+def _bench_one(name: str, settings: BenchSettings, args: argparse.Namespace, tag: str | None) -> BenchResult:
+    """Load `name`, run the benchmark on it, print its table and write its files."""
+    from hermes.bench import CPU_FULL_MAX_FRAMES, load_bench_model, render_markdown, run_bench, write_html, write_json
+    from hermes.models.loading import set_threads
+
+    lm = load_bench_model(name, allow_cpu_7b=args.allow_cpu_7b, **model_options(args))
     set_threads(args.threads)
-    settings.config = config_from_args(args, lm.default_fps)
+    settings = replace(settings, config=config_from_args(args, lm.default_fps))
     if args.full_max_frames is None and lm.device.type == "cpu":
         settings.full_max_frames = CPU_FULL_MAX_FRAMES
     if lm.random_weights:
@@ -150,7 +177,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(lm, settings, progress=not args.no_progress)
     print(render_markdown(result), flush=True)
     if args.json:
-        print(f"wrote {write_json(result, args.json)}", file=sys.stderr)
+        print(f"wrote {write_json(result, _named(args.json, tag))}", file=sys.stderr)
     if args.html:
-        print(f"wrote {write_html(result, args.html)}", file=sys.stderr)
-    return 0
+        print(f"wrote {write_html(result, _named(args.html, tag))}", file=sys.stderr)
+    return result

@@ -8,7 +8,7 @@ from typing import Any
 
 from hermes.memory.config import HermesConfig
 
-MODEL_HELP = "hub id, local folder, 'tiny', 'tiny-qwen' or 'tiny-qwen3'"
+MODEL_HELP = "hub id, local folder, 'tiny', 'tiny-qwen', 'tiny-qwen3' or 'tiny-qwen35'"
 FPS_HELP = "sampling rate (default: 0.5 LLaVA-OV, 1 Qwen2.5-VL and Qwen3-VL)"
 DTYPE_ENV = "HERMES_DTYPE"
 DEVICE_MAP_ENV = "HERMES_DEVICE_MAP"

@@ -11,6 +11,13 @@ on every axis for M-RoPE), so a row computes exactly what `StreamingSession.ask_
 alone. Rows that finish leave the batch; rows added between steps join at the next step, whose
 input is then as wide as the longest joining question (the rows already decoding feed their one
 token at its right end, after padding).
+
+Hybrid models (Qwen3.5) also keep a fixed-size state per linear-attention layer; each row gets a
+copy of its session's states (`BatchStateLayer`). A state has no columns to hide: a padding token
+fed to a linear-attention layer would decay the state and shift its convolution window, so for
+these models no row is ever padded. Rows join only an empty batch, together with the waiting rows
+whose question has the same number of tokens (the same question asked of several sessions, as in
+Compare mode or standing questions, batches whole); the others wait for the next batch.
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import torch
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, LinearAttentionLayer
 
 from hermes.engine.metrics import now_ms
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.memory.buffer import BufferLayer
+from hermes.memory.cache import HermesCache
 from hermes.models.base import VideoLM
 
 # Room reserved after the longest row when a batch cache is (re)built, so that decoding rarely
@@ -109,21 +117,62 @@ class BatchLayer(BufferLayer):
         self.start += trim
 
 
+class BatchStateLayer(LinearAttentionLayer):
+    """One linear-attention layer of a batch: each row's copy of its session's convolution and
+    recurrent states (rows first), which the model updates in place as it decodes."""
+
+    def extend(self, states: list[dict[str, torch.Tensor]]) -> None:
+        """Add one row per session's states ({"conv": (1, ...), "recurrent": (1, ...)}), copied."""
+        for name, held in (("conv", self.conv_states), ("recurrent", self.recurrent_states)):
+            rows = [held[0]] if held[0] is not None else []
+            held[0] = torch.cat(rows + [s[name] for s in states])
+        self.conv_kernel_size[0] = self.conv_states[0].shape[-1]
+        self.device, self.dtype = self.conv_states[0].device, self.conv_states[0].dtype
+        self.is_conv_states_initialized[0] = self.is_recurrent_states_initialized[0] = True
+        self.has_previous_state[0] = True  # every row continues a memory that has seen tokens
+
+    def select(self, rows: list[int], trim: int = 0) -> None:
+        """Keep only `rows` (indices, in order); a state has no columns, so `trim` is nothing to it."""
+        if not rows:
+            self.conv_states[0] = self.recurrent_states[0] = None
+            self.is_conv_states_initialized[0] = self.is_recurrent_states_initialized[0] = False
+            return
+        index = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        for held in (self.conv_states, self.recurrent_states):
+            held[0] = held[0].index_select(0, index)
+
+    def reserve(self, n: int) -> None:
+        """A state needs no room for more tokens."""
+
+    def nbytes(self) -> int:
+        """Bytes of the rows' states."""
+        return sum(
+            t.numel() * t.element_size() for t in (self.conv_states[0], self.recurrent_states[0]) if t is not None
+        )
+
+
 class BatchCache(Cache):
     """A temporary transformers Cache of several sessions' memories side by side (dim 0),
-    left-padded to one length. It is built from copies: the sessions' memories are never written."""
+    left-padded to one length. It is built from copies: the sessions' memories are never written.
+    `linear` lists a hybrid model's linear-attention layers, which hold states instead of keys."""
 
-    def __init__(self, num_layers: int) -> None:
-        super().__init__(layers=[BatchLayer() for _ in range(num_layers)])
+    def __init__(self, num_layers: int, linear: list[int] | None = None) -> None:
+        linear = set(linear or ())
+        super().__init__(layers=[BatchStateLayer() if i in linear else BatchLayer() for i in range(num_layers)])
+        self.kv_layers = [layer for layer in self.layers if isinstance(layer, BatchLayer)]
+        self.state_layers = [layer for layer in self.layers if isinstance(layer, BatchStateLayer)]
 
     @property
     def rows(self) -> int:
-        return self.layers[0].rows
+        return self.kv_layers[0].rows
 
-    def extend(self, memories: list[list[tuple[torch.Tensor, torch.Tensor]]], width: int) -> None:
-        """Add one row per memory (a list of (keys, values) per layer), room for `width` + ROOM more columns."""
-        for i, layer in enumerate(self.layers):
-            layer.extend([memory[i] for memory in memories], width, ROOM)
+    def extend(self, memories: list[HermesCache], width: int) -> None:
+        """Add one row per memory (its keys and values, and its states), room for `width` + ROOM more columns."""
+        kv = [memory.kv() for memory in memories]
+        for i, layer in enumerate(self.kv_layers):
+            layer.extend([rows[i] for rows in kv], width, ROOM)
+        for i, layer in enumerate(self.state_layers):
+            layer.extend([memory.state_layers[i].states() for memory in memories])
 
     def select(self, rows: list[int], trim: int = 0) -> None:
         for layer in self.layers:
@@ -134,7 +183,7 @@ class BatchCache(Cache):
             layer.reserve(n)
 
     def nbytes(self) -> int:
-        """Bytes of the keys and values held, padding included."""
+        """Bytes of the keys and values held, padding included, and of the states."""
         return sum(layer.nbytes() for layer in self.layers)
 
 
@@ -252,20 +301,28 @@ class BatchDecoder:
         return self._advance(out.logits[:, -1])
 
     def _admitted(self) -> list[BatchRow]:
-        """The waiting rows that join at this step, in order, within `max_bytes`."""
-        if self.max_bytes is None:
-            joining, self.joining = self.joining, []
-            return joining
-        held = self._cache.nbytes() if self._cache is not None else 0
-        taken = 0
-        for row in self.joining:
-            need = sum(2 * k.numel() * k.element_size() for k, _ in row.session.memory.kv())
-            if (self.rows or taken) and held + need > self.max_bytes:
-                break
-            held += need
-            taken += 1
-        joining, self.joining = self.joining[:taken], self.joining[taken:]
-        return joining
+        """The waiting rows that join at this step, in order, within `max_bytes`; for a hybrid model
+        only into an empty batch, and only rows whose questions have the first one's length (no
+        row is padded: see the module's note)."""
+        waiting = self.joining
+        if self.lm.linear_layers:
+            if self.rows or not waiting:
+                return []
+            width = waiting[0].ids.shape[-1]
+            waiting = [row for row in waiting if row.ids.shape[-1] == width]
+        if self.max_bytes is not None:
+            held = self._cache.nbytes() if self._cache is not None else 0
+            taken = 0
+            for row in waiting:
+                memory = row.session.memory
+                need = sum(2 * k.numel() * k.element_size() for k, _ in memory.kv()) + memory.state_bytes()
+                if (self.rows or taken) and held + need > self.max_bytes:
+                    break
+                held += need
+                taken += 1
+            waiting = waiting[:taken]
+        self.joining = [row for row in self.joining if row not in waiting]
+        return waiting
 
     def _join(self, joining: list[BatchRow], width: int) -> None:
         """Copy the joining rows' memories into the batch cache (left-padded) and extend the mask."""
@@ -273,12 +330,12 @@ class BatchDecoder:
         for row in joining:
             # A chunk or a reader that never finished may have left scratch tokens: not part of the memory.
             row.session.memory.discard()
-            memories.append(row.session.memory.kv())
+            memories.append(row.session.memory)
             row.position = row.session.memory.next_position
         if self._cache is None:
-            self._cache = BatchCache(self.lm.num_layers)
-        held = self._cache.layers[0].get_seq_length()
-        lengths = [memory[0][0].shape[-2] for memory in memories]
+            self._cache = BatchCache(self.lm.num_layers, self.lm.linear_layers)
+        held = self._cache.get_seq_length()
+        lengths = [memory.get_seq_length() for memory in memories]
         self._cache.extend(memories, width)
         longest = max([held, *lengths])
         device = self.lm.device

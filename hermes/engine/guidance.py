@@ -6,9 +6,11 @@ middle layers. The hybrid prompt starts with the global one, so that a single fo
 it serves both: under causal attention the global tokens' queries see exactly what they would in
 a pass of their own. The attention is computed from the true hidden states of a forward pass over the
 prompt, with SDPA left in place: a hook on each attention module rebuilds q = RoPE(q_proj(h))
-(q_norm first where the model has one, as Qwen3-VL does) and takes the keys from the cache
-layer. Each hook runs on its layer's device, so a model spread over several GPUs is probed where
-each layer's memory lives.
+(q_norm first where the model has one, as Qwen3-VL does; the query half only where q_proj also
+gives each head an output gate, as Qwen3.5's does; RoPE on the channels the model rotates, the
+first ones, where its rotary is partial) and takes the keys from the cache layer. Each hook runs
+on its layer's device, so a model spread over several GPUs is probed where each layer's memory
+lives.
 """
 
 from __future__ import annotations
@@ -132,11 +134,16 @@ class AttentionProbe:
             cos, sin = kwargs["position_embeddings"]
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
             batch, n_new, _ = hidden.shape
-            q = module.q_proj(hidden).view(batch, n_new, -1, module.head_dim)
+            q = module.q_proj(hidden)
+            if q.shape[-1] == 2 * module.o_proj.in_features:  # Qwen3.5: each head's query, then its gate
+                q = q.view(batch, n_new, -1, 2 * module.head_dim)[..., : module.head_dim]
+            q = q.reshape(batch, n_new, -1, module.head_dim)
             if getattr(module, "q_norm", None) is not None:  # Qwen3 normalises each head's query before RoPE
                 q = module.q_norm(q)
             q = q.transpose(1, 2)
-            q, _ = apply_rotary_pos_emb(q, q, cos, sin)
+            rotary = cos.shape[-1]  # partial rotary (Qwen3.5): the first channels turn, the rest pass
+            q_rot, _ = apply_rotary_pos_emb(q[..., :rotary], q[..., :rotary], cos, sin)
+            q = torch.cat([q_rot, q[..., rotary:]], dim=-1)
             # The cache layer already holds the new tokens' keys (the module appended them); only
             # those are masked, the old ones are visible to every new token.
             rows = self.queries.get(layer, slice(None))

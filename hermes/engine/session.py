@@ -139,7 +139,9 @@ class StreamingSession:
     # -- lifecycle ----------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the stream: a fresh memory holding only the text prefix."""
-        self.memory = HermesCache(self.lm.num_layers, self.lm.rope_spec(), self.config, self.policy.capacity)
+        self.memory = HermesCache(
+            self.lm.num_layers, self.lm.rope_spec(), self.config, self.policy.capacity, linear=self.lm.linear_layers
+        )
         ids = self.lm.prefix_ids()
         self.lm.forward(self.memory, ids, torch.arange(ids.shape[-1])[None])
         self.memory.commit_prefix()

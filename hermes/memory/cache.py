@@ -31,6 +31,7 @@ from hermes.memory.buffer import BufferLayer
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
+from hermes.memory.state import StateLayer
 from hermes.memory.tiers import TierMap
 
 SUMMARY_ID = -1
@@ -331,34 +332,48 @@ class HermesCache(Cache):
 
     `config` gives the budget and the re-indexing mode; `rope` the model's rotary frequencies;
     `capacity` the slots after the prefix that each layer keeps (None: no limit), used to size the
-    storage once. The tier of each layer is decided here, once, from the config.
+    storage once. `linear` lists the decoder layers that are linear attention (a hybrid model's
+    Gated DeltaNet layers): those hold a fixed-size `StateLayer`, every other layer a `HermesLayer`.
+    The tiers, scores, smoothing and eviction run over the HERMES layers only (`kv_layers`, in
+    depth order); their tier is decided here, once, from the config.
     """
 
     def __init__(
-        self, num_layers: int, rope: RopeSpec, config: HermesConfig | None = None, capacity: int | None = None
+        self,
+        num_layers: int,
+        rope: RopeSpec,
+        config: HermesConfig | None = None,
+        capacity: int | None = None,
+        linear: Sequence[int] = (),
     ):
         self.config = config or HermesConfig()
         self.rope = rope
         self.capacity = capacity
-        self.tiers = TierMap.for_config(num_layers, self.config)
+        linear = set(linear)
+        layers = [StateLayer() if i in linear else HermesLayer(rope) for i in range(num_layers)]
+        self.kv_layers: list[HermesLayer] = [layer for layer in layers if isinstance(layer, HermesLayer)]
+        self.state_layers: list[StateLayer] = [layer for layer in layers if isinstance(layer, StateLayer)]
+        # The decoder layer of each HERMES layer, for the views that name layers as the model does.
+        self.kv_layer_indices = [i for i, layer in enumerate(layers) if isinstance(layer, HermesLayer)]
+        self.tiers = TierMap.for_config(len(self.kv_layers), self.config)
         self.tokens_seen = 0
         self.compactions = 0
-        super().__init__(layers=[HermesLayer(rope) for _ in range(num_layers)])
+        super().__init__(layers=layers)
 
     # -- reading ---------------------------------------------------------------------------------
     @property
     def prefix_len(self) -> int:
-        return self.layers[0].prefix_len
+        return self.kv_layers[0].prefix_len
 
     @property
     def slots(self) -> int:
         """Slots after the prefix; the same in every layer."""
-        return self.layers[0].slots
+        return self.kv_layers[0].slots
 
     @property
     def next_position(self) -> int:
         """Where new tokens go: one past the largest position on any axis of any layer."""
-        top = max((int(layer.positions.max()) for layer in self.layers if layer.positions.numel()), default=-1)
+        top = max((int(layer.positions.max()) for layer in self.kv_layers if layer.positions.numel()), default=-1)
         return max(top + 1, self.prefix_len)
 
     def position_ids(self, n: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -369,19 +384,24 @@ class HermesCache(Cache):
 
     def kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(keys, values) per layer, as views of the storage."""
-        return [(layer.keys, layer.values) for layer in self.layers]
+        return [(layer.keys, layer.values) for layer in self.kv_layers]
+
+    def state_bytes(self) -> int:
+        """Bytes of the linear-attention layers' states: fixed, whatever the stream's length."""
+        return sum(layer.nbytes() for layer in self.state_layers)
 
     def cache_bytes(self) -> int:
-        """Bytes held by the keys and values of the memory, in all layers."""
-        return sum(layer.nbytes() for layer in self.layers)
+        """Bytes held by the memory: the keys and values of the HERMES layers, plus the states."""
+        return sum(layer.nbytes() for layer in self.kv_layers) + self.state_bytes()
 
     def storage(self) -> list[int]:
-        """The data pointers of every layer's key and value storage (they change only on growth)."""
-        return [t.data_ptr() for layer in self.layers if layer.is_initialized for t in layer._buffers()]
+        """The data pointers of every layer's storage (they change only when a key buffer grows)."""
+        kv = [t.data_ptr() for layer in self.kv_layers if layer.is_initialized for t in layer._buffers()]
+        return kv + [p for layer in self.state_layers for p in layer.storage()]
 
     def video_tokens_per_layer(self) -> list[int]:
-        """Video slots per layer (the summary slot not counted)."""
-        return [layer.video_ids.numel() for layer in self.layers]
+        """Video slots per HERMES layer (the summary slot not counted)."""
+        return [layer.video_ids.numel() for layer in self.kv_layers]
 
     def snapshot(self) -> MemorySnapshot:
         """A copy of the bookkeeping (no keys or values) for the UI and metrics."""
@@ -391,7 +411,10 @@ class HermesCache(Cache):
             tokens_seen=self.tokens_seen,
             next_position=self.next_position,
             cache_bytes=self.cache_bytes(),
-            layers=[layer.snapshot(self.tiers[i]) for i, layer in enumerate(self.layers)],
+            layers=[layer.snapshot(self.tiers[i]) for i, layer in enumerate(self.kv_layers)],
+            layer_indices=list(self.kv_layer_indices),
+            state_layers=len(self.state_layers),
+            state_bytes=self.state_bytes(),
         )
 
     # -- filling ---------------------------------------------------------------------------------
@@ -402,15 +425,17 @@ class HermesCache(Cache):
 
     def commit_prefix(self) -> None:
         """What the model has written so far is the fixed text prefix (positions 0..P-1)."""
-        for layer in self.layers:
+        for layer in self.kv_layers:
             layer.commit_prefix()
+        for state in self.state_layers:
+            state.commit()
 
     def reserve(self, n: int) -> None:
         """Make room for `n` scratch tokens in every layer, sizing storage for the whole stream."""
         total = None
         if self.capacity is not None:
             total = self.prefix_len + self.capacity + n + CHUNK_SLACK
-        for layer in self.layers:
+        for layer in self.kv_layers:
             if layer.is_initialized:
                 layer.reserve(n, total)
 
@@ -419,12 +444,15 @@ class HermesCache(Cache):
         if meta.positions.shape[0] != self.rope.axes:
             raise ValueError(f"positions need {self.rope.axes} axes, got {meta.positions.shape[0]}")
         ids = torch.arange(self.tokens_seen, self.tokens_seen + len(meta))
-        for layer in self.layers:
+        for layer in self.kv_layers:
             layer.commit(ids, meta)
+        for state in self.state_layers:
+            state.commit()
         self.tokens_seen += len(meta)
 
     def discard(self) -> None:
-        """Drop every scratch token: the memory is exactly as it was before they were written."""
+        """Drop every scratch token: the memory is exactly as it was before they were written (keys and
+        values cut back, linear-attention states copied back)."""
         for layer in self.layers:
             layer.discard()
 
@@ -461,7 +489,7 @@ class HermesCache(Cache):
 
     def reindex(self) -> None:
         """Eager re-indexing of every layer: positions compacted, keys rotated by the shift."""
-        for layer in self.layers:
+        for layer in self.kv_layers:
             layer.reindex()
         self.compactions += 1
 
@@ -472,10 +500,10 @@ class HermesCache(Cache):
         summarise: Sequence[bool],
         merges: Sequence[Sequence[torch.Tensor]] | None = None,
     ) -> list[int]:
-        """Per layer: keep those video slots, fold the rest into the summary where asked, and turn
+        """Per HERMES layer: keep those video slots, fold the rest into the summary where asked, and turn
         each merge group's first slot into the group's prototype (`HermesLayer.evict`)."""
-        merges = merges or [()] * len(self.layers)
+        merges = merges or [()] * len(self.kv_layers)
         return [
             layer.evict(k, s, f, m)
-            for layer, k, s, f, m in zip(self.layers, keep, scores, summarise, merges, strict=True)
+            for layer, k, s, f, m in zip(self.kv_layers, keep, scores, summarise, merges, strict=True)
         ]

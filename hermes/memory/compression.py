@@ -35,20 +35,20 @@ def compress(
     if policy.scorer is None or selection is None or cache.slots <= selection.capacity:
         return None
     tiers = cache.tiers
-    ids = [layer.video_ids for layer in cache.layers]
+    ids = [layer.video_ids for layer in cache.kv_layers]
     video_attention = [
         None if attention is None or attention[i] is None else attention[i][layer.video_offset :].float().cpu()
-        for i, layer in enumerate(cache.layers)
+        for i, layer in enumerate(cache.kv_layers)
     ]
     scores = [
         policy.scorer.score(layer_inputs(cache, i, video_attention[i], selection.keep(tiers[i])))
-        for i in range(len(cache.layers))
+        for i in range(len(cache.kv_layers))
     ]
     if policy.smoothing is not None:
         scores = policy.smoothing(scores, ids, tiers)
     plans = [
         selection.plan(s, i, layer.frames[layer.video_offset :], tiers[n])
-        for n, (s, i, layer) in enumerate(zip(scores, ids, cache.layers, strict=True))
+        for n, (s, i, layer) in enumerate(zip(scores, ids, cache.kv_layers, strict=True))
     ]
     keep = [k for k, _ in plans]
     record = tuple(
@@ -66,7 +66,7 @@ def compress(
 def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None, keep: int) -> LayerInputs:
     """What a scorer sees of `layer`: its video slots' keys and values (views of the storage, no
     copy) and bookkeeping, its tier, the slots it keeps and the probe `attention` over its slots."""
-    held = cache.layers[layer]
+    held = cache.kv_layers[layer]
     start = held.prefix_len + held.video_offset
     off = held.video_offset
     return LayerInputs(

@@ -6,6 +6,10 @@ frequency channel belongs to one axis (t, h or w) and is rotated by that axis' o
 channel follows which axis is the model's layout: contiguous sections for Qwen2.5-VL
 (`mrope_section` [16, 24, 24]: channels 0-15 t, 16-39 h, 40-63 w), interleaved for Qwen3-VL
 (t, h, w, t, h, w, ... up to 3 x the h and w sections, the remaining channels t).
+
+Partial rotary (Qwen3.5: `partial_rotary_factor` 0.25, 64 of 256 channels per head): the model
+rotates only the first `rotary_dim` channels of each head and passes the others through, so a
+re-index rotates exactly those and leaves the rest bit-identical.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ class RopeSpec:
         return 1 if self.mrope_section is None else 3
 
     @property
-    def head_dim(self) -> int:
+    def rotary_dim(self) -> int:
+        """Channels of a head that rotate: the first ones; any after them pass through unrotated."""
         return 2 * self.inv_freq.numel()
 
     def channel_axes(self) -> torch.Tensor:
@@ -98,7 +103,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, spec: RopeSpec) -> torch.Tensor:
-    """Apply RoPE(delta) to keys of shape (..., N, head_dim); delta is (axes, N) positions.
+    """Apply RoPE(delta) to keys of shape (..., N, head_dim); delta is (axes, N) positions. Only the
+    first `spec.rotary_dim` channels turn (all of them unless the model's rotary is partial).
 
     The rotation runs in fp32 whatever the cache dtype (a bf16 angle of a large position is off by
     whole radians). The angles are formed in fp64 and reduced modulo 2 pi there: an fp32 product
@@ -117,9 +123,12 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, spec: RopeSpec) -> torc
     angle = torch.remainder(delta.to(device=device, dtype=wide)[axes].T * inv_freq, 2 * math.pi).float()  # (N, D/2)
     cos, sin = angle.cos(), angle.sin()
     cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
-    k = keys.float()
-    out = k * cos + _rotate_half(k) * sin
-    return out.to(keys.dtype)
+    rotary = spec.rotary_dim
+    if keys.shape[-1] < rotary:
+        raise ValueError(f"keys have {keys.shape[-1]} channels, fewer than the {rotary} that rotate")
+    k = keys[..., :rotary].float()
+    out = (k * cos + _rotate_half(k) * sin).to(keys.dtype)
+    return out if keys.shape[-1] == rotary else torch.cat([out, keys[..., rotary:]], dim=-1)
 
 
 def dense_rank(values: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,16 @@ class MemorySnapshot:
     tokens_seen: int
     next_position: int
     cache_bytes: int
-    layers: list[LayerSnapshot]
+    layers: list[LayerSnapshot]  # the HERMES layers (those with keys and values), in depth order
+    # The decoder layer of each entry of `layers` (None: the same numbers), and how many decoder
+    # layers hold a fixed-size linear-attention state instead of keys and values (hybrid models).
+    layer_indices: list[int] | None = None
+    state_layers: int = 0
+    state_bytes: int = 0  # of those states, included in cache_bytes; constant
+
+    def layer_names(self) -> list[int]:
+        """The decoder layer number of each entry of `layers`, as the model counts its layers."""
+        return list(range(len(self.layers))) if self.layer_indices is None else list(self.layer_indices)
 
     def frames_in_memory(self) -> int:
         """Distinct frames of which some layer still keeps at least one token."""

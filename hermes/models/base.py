@@ -107,18 +107,34 @@ class VideoLM(ABC):
         return self.text_config.num_hidden_layers
 
     @property
+    def linear_layers(self) -> list[int]:
+        """Decoder layers that are linear attention (a fixed-size state, no keys and values): none
+        here; a hybrid backbone lists them."""
+        return []
+
+    @property
+    def kv_layers(self) -> int:
+        """Decoder layers that keep keys and values: the layers the HERMES memory manages."""
+        return self.num_layers - len(self.linear_layers)
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the linear-attention states a memory holds, constant whatever the stream's length."""
+        return 0
+
+    @property
     def max_positions(self) -> int:
         return int(self.text_config.max_position_embeddings)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes one token takes in a HermesCache of this model, over all layers."""
+        """Bytes one token takes in a HermesCache of this model, over all its key-value layers."""
         c = self.text_config
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        return kv_bytes_per_token(self.num_layers, c.num_key_value_heads, head_dim, self.dtype)
+        return kv_bytes_per_token(self.kv_layers, c.num_key_value_heads, head_dim, self.dtype)
 
     def attention_modules(self) -> list[torch.nn.Module]:
-        """The self-attention module of each decoder layer, in order."""
+        """The self-attention module of each key-value layer, in order (every decoder layer here)."""
         return [layer.self_attn for layer in self.language_model.layers]
 
     def layer_devices(self) -> list[torch.device]:

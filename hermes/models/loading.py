@@ -14,17 +14,21 @@ from transformers.utils import logging as hf_logging
 from hermes.models.base import VideoLM
 from hermes.models.llava_onevision import LlavaOnevision
 from hermes.models.qwen2_5_vl import Qwen25VL
+from hermes.models.qwen3_5 import Qwen35, Qwen35Moe
 from hermes.models.qwen3_vl import Qwen3VL
 
 DEFAULT_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
 # The one table of backbones: model_type -> adapter, and each adapter names its transformers class.
-ADAPTERS: dict[str, type[VideoLM]] = {cls.arch: cls for cls in (LlavaOnevision, Qwen25VL, Qwen3VL)}
+ADAPTERS: dict[str, type[VideoLM]] = {cls.arch: cls for cls in (LlavaOnevision, Qwen25VL, Qwen3VL, Qwen35, Qwen35Moe)}
 MODEL_CLASSES = ", ".join(cls.model_class for cls in ADAPTERS.values())
 # Aliases for tiny random-weight models of the real architectures: (arch, decoder layers).
 TINY_ALIASES: dict[str, tuple[str, int]] = {
     "tiny": ("llava_onevision", 4),
     "tiny-qwen": ("qwen2_5_vl", 4),
     "tiny-qwen3": ("qwen3_vl", 4),
+    # Qwen3.5's real pattern (full attention every fourth layer): 12 layers give the 3 attention
+    # layers that the three tiers need.
+    "tiny-qwen35": ("qwen3_5", 12),
     # The app's offline fallback: the 0.5B checkpoint's 24 layers, so its tier map looks real.
     "tiny-24": ("llava_onevision", 24),
 }
@@ -123,7 +127,8 @@ def _load_config(source: str):
         raise ModelLoadError(
             f"Cannot load model {source!r}: it is not in the local Hugging Face cache and {why}. "
             f"Download it on a connected machine ({download_command(source)}), pass a local folder, "
-            "or use --model tiny, tiny-qwen or tiny-qwen3 for a random-weight model of the same architecture."
+            "or use --model tiny, tiny-qwen, tiny-qwen3 or tiny-qwen35 for a random-weight model of the same "
+            "architecture."
         )
     try:
         return AutoConfig.from_pretrained(source), False
@@ -138,7 +143,7 @@ def load_video_lm(
     device_map: str | dict | None = None,
     offload_folder: str | Path | None = None,
 ) -> VideoLM:
-    """Load a supported video LLM (LLaVA-OneVision, Qwen2.5-VL or Qwen3-VL) for streaming.
+    """Load a supported video LLM (LLaVA-OneVision, Qwen2.5-VL, Qwen3-VL or Qwen3.5) for streaming.
 
     `dtype`: 'auto', 'bf16', 'fp16', 'fp32' or a torch dtype (see `resolve_dtype`); None keeps
     the default (bf16 on a GPU, fp32 on a CPU). `device_map` ('auto', 'balanced', ... or an
@@ -148,7 +153,9 @@ def load_video_lm(
     goes to `device` whole.
     """
     if not name or not name.strip():
-        raise ModelLoadError("No model given: pass a hub id, a local folder, 'tiny', 'tiny-qwen' or 'tiny-qwen3'.")
+        raise ModelLoadError(
+            "No model given: pass a hub id, a local folder, 'tiny', 'tiny-qwen', 'tiny-qwen3' or 'tiny-qwen35'."
+        )
     if device_map is not None and device is not None:
         raise ValueError("give a device or a device map, not both: a device map places every layer itself")
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:

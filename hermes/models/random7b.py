@@ -1,10 +1,12 @@
 """The real architectures with random weights, for timing without downloading a checkpoint.
 
-Speed and memory depend on the shapes, not on the values of the weights, so `llava-ov-7b-random`
-and `qwen2.5-vl-7b-random` (for a GPU), and `llava-ov-0.5b-random` (the 0.5B checkpoint's shapes,
-which a CPU can run) build `LlavaOnevisionForConditionalGeneration` and
-`Qwen2_5_VLForConditionalGeneration` from the published hyperparameters of
-llava-hf/llava-onevision-qwen2-7b-ov-hf and Qwen/Qwen2.5-VL-7B-Instruct, initialise them randomly
+Speed and memory depend on the shapes, not on the values of the weights, so `llava-ov-7b-random`,
+`qwen2.5-vl-7b-random` and `qwen3.5-9b-random` (for a GPU), and `llava-ov-0.5b-random` and
+`qwen3.5-0.8b-random` (the small checkpoints' shapes, which a CPU can run) build
+`LlavaOnevisionForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration` and
+`Qwen3_5ForConditionalGeneration` from the published hyperparameters of
+llava-hf/llava-onevision-qwen2-7b-ov-hf, Qwen/Qwen2.5-VL-7B-Instruct and Qwen/Qwen3.5-0.8B and
+-9B, initialise them randomly
 in bf16 directly on the target device, and pair them with the tiny byte-level tokenizer (its ids
 are all below the 152,064-entry vocabulary, so they stay valid). Answers are noise.
 """
@@ -82,6 +84,72 @@ QWEN25_VL_7B_VISION: dict[str, Any] = {
     "window_size": 112,
     "fullatt_block_indexes": [7, 15, 23, 31],
 }
+# Qwen3.5, from the published config.json of Qwen/Qwen3.5-0.8B and Qwen/Qwen3.5-9B on the Hugging
+# Face hub: hybrid layers (every fourth full attention), gated attention of head_dim 256 with a
+# partial interleaved M-RoPE, Gated DeltaNet with 16 key heads of 128 and a kernel-4 convolution.
+QWEN35_TEXT_COMMON: dict[str, Any] = {
+    "vocab_size": 248320,
+    "head_dim": 256,
+    "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-6,
+    "full_attention_interval": 4,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10_000_000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [11, 11, 10],
+        "mrope_interleaved": True,
+    },
+}
+QWEN35_08B_TEXT: dict[str, Any] = {
+    **QWEN35_TEXT_COMMON,
+    "hidden_size": 1024,
+    "intermediate_size": 3584,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "linear_num_value_heads": 16,
+}
+QWEN35_9B_TEXT: dict[str, Any] = {
+    **QWEN35_TEXT_COMMON,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "linear_num_value_heads": 32,
+}
+QWEN35_VISION_COMMON: dict[str, Any] = {
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "num_position_embeddings": 2304,
+}
+QWEN35_08B_VISION: dict[str, Any] = {
+    **QWEN35_VISION_COMMON,
+    "depth": 12,
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_heads": 12,
+    "out_hidden_size": 1024,
+}
+QWEN35_9B_VISION: dict[str, Any] = {
+    **QWEN35_VISION_COMMON,
+    "depth": 27,
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "num_heads": 16,
+    "out_hidden_size": 4096,
+}
+# name -> (text, vision, tied embeddings), for the Qwen3.5 random-weight models.
+QWEN35_SHAPES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
+    "qwen3.5-0.8b-random": (QWEN35_08B_TEXT, QWEN35_08B_VISION, True),
+    "qwen3.5-9b-random": (QWEN35_9B_TEXT, QWEN35_9B_VISION, False),
+}
 # The released Qwen2.5-VL video processor's pixel bounds (128 to 768 merged tokens per frame), so
 # that a frame costs as many tokens as with the real checkpoint: a 384x384 pair gives 196.
 QWEN_VIDEO_PIXELS = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
@@ -90,6 +158,8 @@ RANDOM_MODELS: dict[str, str] = {
     "llava-ov-0.5b-random": "llava_onevision",
     "llava-ov-7b-random": "llava_onevision",
     "qwen2.5-vl-7b-random": "qwen2_5_vl",
+    "qwen3.5-0.8b-random": "qwen3_5",
+    "qwen3.5-9b-random": "qwen3_5",
 }
 # Past this size a CPU is refused unless asked for: minutes per chunk.
 CPU_MAX_BILLIONS = 2.0
@@ -100,7 +170,7 @@ def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: d
 
     `text` and `vision` override hyperparameters (tests shrink the model to run it on a CPU).
     """
-    from transformers import LlavaOnevisionConfig, Qwen2_5_VLConfig, Qwen2Config, SiglipVisionConfig
+    from transformers import LlavaOnevisionConfig, Qwen2_5_VLConfig, Qwen2Config, Qwen3_5Config, SiglipVisionConfig
 
     ids = tokenizer.convert_tokens_to_ids
     special = {
@@ -127,6 +197,17 @@ def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: d
             video_token_id=ids("<|video_pad|>"),
             vision_start_token_id=ids("<|vision_start|>"),
             vision_end_token_id=ids("<|vision_end|>"),
+        )
+    if RANDOM_MODELS.get(name) == "qwen3_5":
+        sizes, tower, tied = QWEN35_SHAPES[name]
+        return Qwen3_5Config(
+            text_config={**sizes, **special, **(text or {})},
+            vision_config={**tower, **(vision or {})},
+            image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"),
+            vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"),
+            tie_word_embeddings=tied,
         )
     raise ModelLoadError(f"unknown random-weight model {name!r}; choose one of {', '.join(RANDOM_MODELS)}")
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ARCHS: tuple[str, ...] = ("llava_onevision", "qwen2_5_vl", "qwen3_vl")
+SUPPORTED_ARCHS: tuple[str, ...] = ("llava_onevision", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 
 # Bump when the builder output changes, so cached checkpoints are rebuilt, not reused.
 TINY_VERSION = 2
@@ -89,6 +89,22 @@ QWEN3_ROPE_THETA = 5_000_000.0  # as in the real Qwen3-VL checkpoints
 QWEN3_DEEPSTACK = [0, 1]  # vision blocks whose features are added to decoder layers 0 and 1 (real: [8, 16, 24])
 QWEN3_MIN_VIDEO_PIXELS = 2 * 224 * 224  # frames x height x width of a chunk, at least
 QWEN3_MAX_VIDEO_PIXELS = 32 * 32 * 768  # the real video processor's default bound
+
+# Qwen3.5: the real layer pattern (every fourth layer full attention, the others Gated DeltaNet),
+# gated attention with a partial rotary: 16 of 64 channels per head turn (real: 64 of 256), in
+# interleaved M-RoPE sections [3, 3, 2] (real: [11, 11, 10]).
+QWEN35_FULL_ATTENTION_INTERVAL = 4  # as in every released Qwen3.5 checkpoint
+QWEN35_HEAD_DIM = 64
+QWEN35_PARTIAL_ROTARY = 0.25  # as in the real checkpoints
+QWEN35_MROPE_SECTION = [3, 3, 2]
+QWEN35_ROPE_THETA = 10_000_000.0  # as in the real checkpoints
+QWEN35_LINEAR = {  # Gated DeltaNet sizes, tiny (real 0.8B: 16 key and 16 value heads of 128)
+    "linear_conv_kernel_dim": 4,  # the real kernel
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+}
 
 # Special tokens, in the order of the real vocabularies (real ids start at 151643).
 _COMMON_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -157,6 +173,15 @@ QWEN3_CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# Qwen3.5 thinks before it answers unless told not to: its template opens the answer with an empty
+# <think></think> block when `enable_thinking` is false, as the model card describes.
+_QWEN35_SPECIALS = [*_QWEN_SPECIALS, "<think>", "</think>"]
+QWEN35_CHAT_TEMPLATE = QWEN3_CHAT_TEMPLATE.replace(
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
+    "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}",
+)
+
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2 byte -> printable unicode map (what the ByteLevel pre-tokenizer emits)."""
@@ -203,13 +228,24 @@ def _scale_qk(layers: torch.nn.ModuleList, seed: int, std: float) -> None:
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for layer in layers:
-            attn = layer.self_attn
+            attn = getattr(layer, "self_attn", None)
+            if attn is None:  # a hybrid model's linear-attention layer: no queries and keys to scale
+                continue
             for proj in (attn.q_proj, attn.k_proj):
                 w = torch.randn(proj.weight.shape, generator=gen, dtype=torch.float32) * std
                 proj.weight.copy_(w)
                 norm = getattr(attn, "q_norm" if proj is attn.q_proj else "k_norm", None)
                 if norm is not None:
-                    norm.weight.fill_(std * proj.in_features**0.5)
+                    _set_norm_gain(norm, std * proj.in_features**0.5)
+
+
+def _set_norm_gain(norm: torch.nn.Module, gain: float) -> None:
+    """Make an RMSNorm scale its output by `gain`: its weight is the gain (Qwen3), or the gain minus
+    one where the norm multiplies by (1 + weight) (Qwen3.5), which the norm's own output tells."""
+    norm.weight.fill_(gain)
+    unit = torch.ones(norm.weight.shape[-1])
+    if abs(float(norm(unit)[0]) - gain) > 1e-3 * gain:
+        norm.weight.fill_(gain - 1.0)
 
 
 def _printable_head(model: Any) -> None:
@@ -448,7 +484,67 @@ def _build_qwen3(num_layers: int) -> tuple[Any, Any]:
     return model, processor
 
 
-_BUILDERS = {"llava_onevision": _build_llava, "qwen2_5_vl": _build_qwen, "qwen3_vl": _build_qwen3}
+def _build_qwen35(num_layers: int) -> tuple[Any, Any]:
+    """(model, processor) for Qwen3.5: a tiny hybrid LM (Gated DeltaNet layers, every fourth layer
+    gated full attention with a partial interleaved M-RoPE) and a tiny ViT; Qwen3-VL's processor,
+    as the real checkpoints use."""
+    from transformers import (
+        Qwen3_5Config,
+        Qwen3_5ForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    tokenizer = _build_tokenizer(_QWEN35_SPECIALS, QWEN35_CHAT_TEMPLATE)
+    text_config = {
+        **_text_kwargs(len(tokenizer), num_layers, _QWEN35_SPECIALS),
+        **QWEN35_LINEAR,
+        "head_dim": QWEN35_HEAD_DIM,
+        "full_attention_interval": QWEN35_FULL_ATTENTION_INTERVAL,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": QWEN35_ROPE_THETA,
+            "partial_rotary_factor": QWEN35_PARTIAL_ROTARY,
+            "mrope_section": QWEN35_MROPE_SECTION,
+            "mrope_interleaved": True,
+        },
+    }
+    vision_config = {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": QWEN3_PATCH,
+        "spatial_merge_size": QWEN_MERGE,
+        "temporal_patch_size": QWEN_TEMPORAL_PATCH,
+        "out_hidden_size": LM_HIDDEN,
+        "num_position_embeddings": 256,
+    }
+    config = Qwen3_5Config(
+        text_config=text_config,
+        vision_config=vision_config,
+        **_qwen_vision_token_ids(),
+        tie_word_embeddings=False,  # as in the real 9B checkpoint
+    )
+    model = Qwen3_5ForConditionalGeneration(config)
+    processor = _qwen_processor(
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+        tokenizer,
+        QWEN35_CHAT_TEMPLATE,
+        patch=QWEN3_PATCH,
+        image_min_pixels=64 * 64,
+        video_pixels=(QWEN3_MIN_VIDEO_PIXELS, QWEN3_MAX_VIDEO_PIXELS),
+    )
+    return model, processor
+
+
+_BUILDERS = {
+    "llava_onevision": _build_llava,
+    "qwen2_5_vl": _build_qwen,
+    "qwen3_vl": _build_qwen3,
+    "qwen3_5": _build_qwen35,
+}
 
 
 def build_tiny(

@@ -4,11 +4,12 @@ Once a stream's budget is reached, every layer of its cache holds the text prefi
 number of slots (|M| + 1 for hermes: the summary slot, or one extra video slot; |M| for fifo), so
 its size is known before the stream starts:
 
-    bytes = (prefix + slots) * VideoLM.kv_bytes_per_token
+    bytes = (prefix + slots) * VideoLM.kv_bytes_per_token + VideoLM.state_bytes
 
-where a token takes, over all layers, its key and value and in 16-bit caches its origin key
-(`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * head_dim * dtype bytes,
-tensors = 3 in bf16 and fp16, 2 in fp32),
+where a token takes, over all key-value layers, its key and value and in 16-bit caches its origin
+key (`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * head_dim * dtype
+bytes, tensors = 3 in bf16 and fp16, 2 in fp32), and a hybrid model's linear-attention layers add
+their states, whose size does not depend on the stream (0 for the other backbones),
 
 summed over the stream's caches (two in compare mode). The `full` policy has no budget: the app
 bounds it by the positions the model has left after the question margin (what the engine can hold
@@ -71,7 +72,7 @@ def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
 
 def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: str) -> int:
     """The bytes one memory of `policy` holds once its budget is reached (for `full`: at its bound)."""
-    return (prefix_len(lm) + slots_per_layer(lm, config, policy)) * lm.kv_bytes_per_token
+    return (prefix_len(lm) + slots_per_layer(lm, config, policy)) * lm.kv_bytes_per_token + lm.state_bytes
 
 
 def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
@@ -89,11 +90,19 @@ def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
 
 
 def cache_bytes_per_device(lm: VideoLM, settings: StreamSettings) -> dict[torch.device, int]:
-    """`cache_bytes_for` split over the devices of the model's layers: every layer holds the same
-    number of tokens, so a device holds the total times its share of the layers."""
+    """`cache_bytes_for` split over the devices of the model's layers: every key-value layer holds
+    the same number of tokens, so a device holds the keys and values times its share of those
+    layers, and (a hybrid model) the states times its share of the linear-attention layers."""
     devices = lm.layer_devices()
-    total = cache_bytes_for(lm, settings)
-    return {device: total * n // len(devices) for device, n in Counter(devices).items()}
+    linear = set(lm.linear_layers)
+    states = lm.state_bytes * len(settings.policies)
+    kv_total = cache_bytes_for(lm, settings) - states
+    kv = Counter(device for i, device in enumerate(devices) if i not in linear)
+    held = Counter(device for i, device in enumerate(devices) if i in linear)
+    return {
+        device: kv_total * kv[device] // max(1, lm.kv_layers) + states * held[device] // max(1, len(linear))
+        for device in dict.fromkeys(devices)
+    }
 
 
 def memory_cap_for(lm: VideoLM, cap_mb: float | None = None) -> int:

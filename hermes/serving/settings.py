@@ -68,5 +68,6 @@ class StreamSettings:
 
 
 def layer_tiers(lm: VideoLM, settings: StreamSettings) -> tuple[Tier, ...]:
-    """The memory tier of each decoder layer, as the stream's memories partition them."""
-    return TierMap.for_config(lm.num_layers, settings.config()).tiers
+    """The memory tier of each key-value layer (every decoder layer but a hybrid model's linear ones), as
+    the stream's memories partition them."""
+    return TierMap.for_config(lm.kv_layers, settings.config()).tiers

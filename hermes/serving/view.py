@@ -318,6 +318,10 @@ def metrics_of(
         "video_tokens_per_layer": {
             p: [int((layer.stream_ids >= 0).sum()) for layer in s.layers] for p, s in view.snapshots.items()
         },
+        # The decoder layer of each entry above; a hybrid model's other layers hold a constant state.
+        "kv_layers": {p: s.layer_names() for p, s in view.snapshots.items()},
+        "state_layers": {p: s.state_layers for p, s in view.snapshots.items()},
+        "state_bytes": {p: s.state_bytes for p, s in view.snapshots.items()},
         "last_chunk": None if last is None else {"prefill_ms": last.prefill_ms, "compress_ms": last.compress_ms},
         "rss_bytes": reading.rss_bytes,
         "gpu_allocated_bytes": reading.gpu_allocated_bytes,
