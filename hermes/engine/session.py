@@ -19,12 +19,14 @@ import torch
 from hermes.engine.chunk import Chunk
 from hermes.engine.guidance import AttentionProbe, guidance_prompt
 from hermes.engine.metrics import memory_reading, now_ms
+from hermes.engine.retrieval import FrameRetriever, RetrievalCost, candidate_blocks
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
 from hermes.memory.cache import ChunkMeta, HermesCache, rank_within_frame
 from hermes.memory.compression import AttentionRecord, compress
 from hermes.memory.config import HermesConfig
 from hermes.memory.policies import PolicyError, make_policy
 from hermes.memory.rivals.dtd import Previous
+from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import ChunkInputs, VideoLM
 
@@ -36,6 +38,10 @@ ANSWERS_KEPT = 8
 # Scratch room kept after the memory for a question and its answer, so that asking allocates
 # nothing in the common case (a longer one grows the storage once).
 QUESTION_MARGIN = 256
+
+
+class StreamBound(RuntimeError):
+    """The stream cannot take another chunk (a bound of its policy is reached), with the reason."""
 
 
 class QuestionError(ValueError):
@@ -80,6 +86,7 @@ class ChunkReport:
     # one that fired (in the same order as the fired checks).
     watches: list[WatchCheck] = field(default_factory=list)
     alerts: list[AnswerUpdate] = field(default_factory=list)
+    host_bytes: int = 0  # a retrieval policy's host store (ReKV), after this chunk
 
 
 @dataclass
@@ -96,6 +103,11 @@ class AnswerUpdate:
     frames_seen: int = 0
     frames_in_memory: int = 0
     at_s: float = 0.0
+    # A retrieval policy's part of the TTFT (similarity search and host-to-device copy, over all
+    # layers), the tokens each layer brought back, and their device bytes over all layers.
+    retrieval_ms: float | None = None
+    retrieved_tokens: int = 0
+    retrieved_bytes: int = 0
 
     def finished(self, tokens: int, first_ms: float, end_ms: float) -> AnswerUpdate:
         """The last update of an answer of `tokens` tokens: done, with the time per output token
@@ -126,8 +138,10 @@ class StreamingSession:
         policy: str = "hermes",
         max_question_chars: int = MAX_QUESTION_CHARS,
         params: Mapping[str, Any] | None = None,
+        host_cap_bytes: int | None = None,
     ) -> None:
         config = config or HermesConfig()
+        self.host_cap_bytes = host_cap_bytes  # a retrieval policy's host store stops the stream there
         self.max_question_chars = max_question_chars
         if config.max_positions is None:
             config = config.with_(max_positions=lm.max_positions)
@@ -156,6 +170,8 @@ class StreamingSession:
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
         self._last_frame: Previous = None  # the input filter's previous frame
+        self.store = HostStore(self.memory.rope) if self.policy.retrieval is not None else None
+        self.last_retrieval: RetrievalCost | None = None
         self.standing.rearm()
 
     # -- streaming -----------------------------------------------------------------------
@@ -174,17 +190,28 @@ class StreamingSession:
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
 
+        if self.store is not None:
+            self._check_store_bounds(inputs.num_tokens)
         t0 = now_ms(device)
         self.memory.discard()  # a chunk follows the memory alone, never a reader's leftovers
         compactions = self.memory.compactions
-        start = self.memory.start_position(inputs.num_tokens)  # a lazy compaction may run here
+        # A lazy compaction may run here; never for a retrieval policy (see `_check_store_bounds`).
+        start = self.memory.start_position(inputs.num_tokens) if self.store is None else self.next_position()
         t_lazy = now_ms(device)
         lazy = self.memory.compactions > compactions
         positions = inputs.rel_positions + start
-        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN)
+        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + self._retrieval_room(frame_ids))
         if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
             self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
-            self.memory.commit(ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches))
+            meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
+            if self.store is not None:  # every frame to host memory, as computed, before the window moves on
+                end = self.memory.get_seq_length()
+                self.store.add(
+                    [(k[..., end - len(meta) :, :], v[..., end - len(meta) :, :]) for k, v in self.memory.kv()],
+                    meta.frames,
+                    meta.positions,
+                )
+            self.memory.commit(meta)
         t1 = now_ms(device)
         report, guidance_ms, reindex_ms = None, 0.0, t_lazy - t0 if lazy else 0.0
         capacity = self.policy.capacity
@@ -216,6 +243,7 @@ class StreamingSession:
             cache_bytes=self.memory.cache_bytes(),
             video_tokens_per_layer=self.memory.video_tokens_per_layer(),
             attention=report.attention if report else (),
+            host_bytes=self.host_bytes(),
         )
         if len(self.standing):
             out.watches, out.alerts = self.check_standing()
@@ -268,6 +296,75 @@ class StreamingSession:
             self.lm.forward(self.memory, ids, positions)
         return probe.weights
 
+    # -- a retrieval policy's host store (ReKV) ------------------------------------------
+    def next_position(self) -> int:
+        """Where new tokens go: after the memory and, for a retrieval policy, after every frame of
+        its host store too (its window may hold none of them)."""
+        pos = self.memory.next_position
+        return pos if self.store is None else max(pos, self.store.next_position)
+
+    def host_bytes(self) -> int:
+        """Host memory of the policy's store (every frame's keys and values and its index); 0 for
+        a policy without one."""
+        return 0 if self.store is None else self.store.nbytes()
+
+    def _host_bytes_for(self, tokens: int, frames: int) -> int:
+        """Host bytes `tokens` tokens in `frames` frame blocks add to the store: key and value in
+        every layer, and one fp32 mean key per block and layer."""
+        k = self.memory.layers[0].keys
+        per_token = 2 * len(self.memory.layers) * k.shape[1] * k.shape[-1] * k.element_size()
+        return tokens * per_token + frames * len(self.memory.layers) * k.shape[1] * k.shape[-1] * 4
+
+    def _check_store_bounds(self, tokens: int) -> None:
+        """StreamBound when the next chunk of `tokens` tokens would pass the host memory cap, or
+        the positions the model has: frames come back at the positions they were computed at, so
+        positions are never compacted."""
+        frames = self.config.chunk_frames
+        if (
+            self.host_cap_bytes is not None
+            and self.host_bytes() + self._host_bytes_for(tokens, frames) > self.host_cap_bytes
+        ):
+            mb = self.host_bytes() / 2**20
+            raise StreamBound(
+                f"The host store reached its cap ({self.host_cap_bytes / 2**20:,.1f} MB): {self.policy.name} keeps "
+                f"every frame's keys and values in host memory, so the stream stops here ({self.frames_seen:,} frames, "
+                f"{mb:,.1f} MB held)."
+            )
+        limit = self.config.max_positions
+        if limit is not None and self.next_position() + tokens + self.config.position_margin > limit:
+            raise StreamBound(
+                f"{self.policy.name} keeps every frame at the position it was computed at (frames come back from host "
+                f"memory unrotated), so the stream stops when the model's {limit:,} positions run out "
+                f"({self.frames_seen:,} frames)."
+            )
+
+    def _retrieval_room(self, frames: torch.Tensor) -> int:
+        """Device columns a question's retrieval may take: top_k frames as long as this chunk's
+        longest (reserved with the chunk, so that asking allocates nothing)."""
+        rule = self.policy.retrieval
+        if rule is None or frames.numel() == 0:
+            return 0
+        _, counts = torch.unique_consecutive(frames, return_counts=True)
+        return rule.top_k * int(counts.max())
+
+    def _forward_question(self, ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """The model over question tokens after the memory, as scratch tokens; a retrieval policy
+        first brings back each layer's best frames from the host store (`FrameRetriever`)."""
+        rule, self.last_retrieval = self.policy.retrieval, None
+        if rule is None or self.store is None:
+            return self.lm.forward(self.memory, ids, positions, **kwargs)
+        candidates = candidate_blocks(self.memory, self.store)
+        if candidates.numel() == 0:  # every frame is still in the window
+            self.last_retrieval = RetrievalCost()
+            return self.lm.forward(self.memory, ids, positions, **kwargs)
+        tokens = rule.tokens_to_bring(self.store.block_length[candidates], rule.top_k)
+        self.memory.reserve(tokens + ids.shape[-1])
+        modules = self.lm.attention_modules()
+        with FrameRetriever(modules, self.memory, self.store, rule, candidates, tokens) as retriever:
+            logits = self.lm.forward(self.memory, ids, positions, **kwargs)
+        self.last_retrieval = retriever.cost
+        return logits
+
     def _filter(self, inputs: ChunkInputs) -> ChunkInputs:
         """The chunk with the tokens the policy's input filter drops taken out: the model then gets
         the remaining tokens' embeddings, at their own positions."""
@@ -317,6 +414,9 @@ class StreamingSession:
             token = int(logp.argmax())
             t_first = now_ms(device)
             update = self.first_update(q, logp, t_first - t0)
+            if self.last_retrieval is not None:
+                cost = self.last_retrieval
+                update.retrieval_ms, update.retrieved_tokens, update.retrieved_bytes = cost.ms, cost.tokens, cost.bytes
             generated: list[int] = []
             eos = self.lm.eos_token_ids
             while token not in eos and len(generated) < max_new_tokens:
@@ -357,8 +457,8 @@ class StreamingSession:
         """Prefill the question after the memory, as scratch tokens; log-probabilities of the first
         answer token, and the position that follows the question."""
         ids = self.lm.question_ids(question)
-        pos = self.memory.next_position
-        logits = self.lm.forward(self.memory, ids, pos + torch.arange(ids.shape[-1])[None])
+        pos = self.next_position()
+        logits = self._forward_question(ids, pos + torch.arange(ids.shape[-1])[None])
         return torch.log_softmax(logits[0, -1].float(), dim=-1), pos + ids.shape[-1]
 
     @torch.inference_mode()
@@ -384,8 +484,8 @@ class StreamingSession:
         target = torch.tensor([continuation], device=ids.device)
         n = len(continuation)
         with self.memory.scratch():
-            positions = self.memory.next_position + torch.arange(ids.shape[-1] + n)[None]
-            logits = self.lm.forward(self.memory, torch.cat([ids, target], dim=-1), positions, logits_to_keep=n + 1)
+            positions = self.next_position() + torch.arange(ids.shape[-1] + n)[None]
+            logits = self._forward_question(torch.cat([ids, target], dim=-1), positions, logits_to_keep=n + 1)
         logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # the logits before each continuation token
         return logp.gather(-1, target[0, :, None].to(logp.device))[:, 0], logp.argmax(-1).cpu() == target[0].cpu()
 
@@ -408,6 +508,7 @@ class StreamingSession:
             "frames_seen": self.frames_seen,
             "stream_time_s": self.stream_time_s,
             "cache_bytes": self.memory.cache_bytes(),
+            "host_bytes": self.host_bytes(),
             "video_tokens_per_layer": self.memory.video_tokens_per_layer(),
             "rss_bytes": mem.rss_bytes,
             "gpu_allocated_bytes": mem.gpu_allocated_bytes,

@@ -1,0 +1,142 @@
+"""ReKV in the engine: the retrieval rule on a hand-built store, and the real path on every tiny
+backbone (every frame brought back equals the full cache; device bytes flat while host bytes grow
+by one chunk's KV; questions leave the window and the store bit-identical; the bounds)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hermes.engine.session import StreamBound, StreamingSession
+from hermes.memory.config import HermesConfig
+from hermes.memory.rivals.host_store import HostStore
+from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
+from hermes.memory.rope import RopeSpec, rotate_keys
+from hermes.memory.tiers import Tier
+from tests.helpers import assert_same_memory, memory_state, random_chunk
+
+QUESTION = "What is happening?"
+
+
+def _session(lm, policy: str, budget: int, frames: int = 2, **kw) -> StreamingSession:
+    return StreamingSession(lm, HermesConfig(budget=budget, chunk_frames=frames, fps=1.0), policy=policy, **kw)
+
+
+def _store_state(store: HostStore) -> list[torch.Tensor]:
+    """Every tensor the store holds, copied."""
+    picks = [(b, int(n)) for b, n in enumerate(store.block_length)]
+    layers = range(len(store._index))
+    kv = [t.clone() for layer in layers for t in store.gather(layer, picks)]
+    index = [store.mean_keys(layer, 1).clone() for layer in layers]
+    return [*kv, *index, store.positions(picks), store.block_frame.clone(), store.block_length.clone()]
+
+
+# -- the rule, on a hand-built store ---------------------------------------------------------------
+def test_retrieval_ranks_frames_by_cosine_of_mean_keys_before_rope():
+    rope = RopeSpec.from_config(head_dim=4, theta=10_000.0)
+    # Three frames of 2, 3 and 2 tokens; one kv head shared by two query heads (GQA).
+    means = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 50.0, 5.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+    d = torch.tensor([0.1, -0.2, 0.3, -0.1])  # spread around each mean, summing to zero per frame
+    offsets = [torch.stack([d, -d]), torch.stack([d, 0 * d, -d]), torch.stack([-d, d])]
+    plain = torch.cat([m + o for m, o in zip(means, offsets, strict=True)])
+    positions = torch.arange(10, 17)[None]
+    keys = rotate_keys(plain[None, None], positions, rope)  # as the model caches them: rotated
+    store = HostStore(rope)
+    store.add([(keys, -keys)], torch.tensor([0, 0, 1, 1, 1, 2, 2]), positions)
+    assert torch.allclose(store.mean_keys(0, 2), means.repeat(1, 2), atol=1e-5)  # RoPE taken off, heads side by side
+    # The question points along frame 2; frame 1 points nearby with a far larger norm, so a plain
+    # dot product would pick frame 1 where the cosine picks frame 2.
+    query = torch.tensor([0.0, 1.0, 0.0, 0.0]).repeat(2)
+    rule = FrameRetrieval(top_k=1)
+    order = rule.rank(query, store.mean_keys(0, 2))
+    assert order.tolist() == [2, 1, 0]
+    assert rule.take(order, store.block_length, rule.tokens_to_bring(store.block_length, 1)) == [(2, 2)]
+    k, v = store.gather(0, [(2, 2)])
+    assert torch.equal(k, keys[..., 5:7, :]) and torch.equal(v, -keys[..., 5:7, :])
+    assert torch.equal(store.positions([(2, 2)]), positions[:, 5:7])
+
+
+def test_every_layer_brings_back_the_same_number_of_tokens():
+    lengths = torch.tensor([3, 2, 4])
+    tokens = FrameRetrieval.tokens_to_bring(lengths, 2)
+    assert tokens == 5  # the two shortest frames: any two frames hold at least that many
+    assert FrameRetrieval.take(torch.tensor([2, 0, 1]), lengths, tokens) == [(0, 1), (2, 4)]  # the last cut to fit
+    assert FrameRetrieval.take(torch.tensor([1, 0, 2]), lengths, tokens) == [(0, 3), (1, 2)]
+    assert FrameRetrieval.tokens_to_bring(lengths, 10) == 9  # asking for more frames than held: all of them
+
+
+def test_window_keeps_the_newest_whole_frames():
+    frames = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
+    assert FrameWindow(5).plan(torch.zeros(8), torch.arange(8), frames, Tier.SENSORY)[0].tolist() == [3, 4, 5, 6, 7]
+    assert FrameWindow(4).plan(torch.zeros(8), torch.arange(8), frames, Tier.SENSORY)[0].tolist() == [5, 6, 7]
+    assert FrameWindow(2).plan(torch.zeros(8), torch.arange(8), frames, Tier.SENSORY)[0].tolist() == []
+
+
+# -- the real path, on every tiny backbone -------------------------------------------------------------
+def test_every_frame_brought_back_equals_the_full_cache(lm):
+    full = _session(lm, "full", budget=10_000, frames=6)
+    tokens = full.ingest(random_chunk(0, 6)).tokens
+    expected = full.first_token_logprobs(QUESTION)
+    # A window of about a third of the chunk: the rest of its frames live only in the host store.
+    # One chunk, so that its keys were computed with the same context as the full cache's.
+    every = _session(lm, "rekv", budget=tokens // 3 + 1, frames=6, params={"rekv.top_k": 100})
+    every.ingest(random_chunk(0, 6))
+    assert 0 < every.memory.slots < tokens
+    got = every.first_token_logprobs(QUESTION)
+    held = set(every.store.block_frame.tolist())
+    window = set(every.memory.layers[0].frames.tolist())
+    assert all(set(f) | window == held for f in every.last_retrieval.frames.values())
+    assert (got - expected).abs().max() < 1e-4
+    # One frame fewer brought back is a different answer: the check above can fail.
+    fewer = _session(lm, "rekv", budget=tokens // 3 + 1, frames=6, params={"rekv.top_k": 1})
+    fewer.ingest(random_chunk(0, 6))
+    assert (fewer.first_token_logprobs(QUESTION) - expected).abs().max() > 1e-4
+
+
+def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alone(lm):
+    # A window of one chunk: past the first chunk, every question has frames to bring back.
+    window = _session(lm, "full", budget=10_000).ingest(random_chunk(0, 2)).tokens + 1
+    s = _session(lm, "rekv", budget=window, params={"rekv.top_k": 2})
+    c = lm.text_config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * lm.dtype.itemsize
+    per_block = c.num_hidden_layers * c.num_key_value_heads * head_dim * 4
+    device, storage = set(), set()
+    for i in range(5):
+        kv, index, blocks = s.store.kv_bytes(), s.store.index_bytes(), len(s.store)
+        report = s.ingest(random_chunk(i, 2))
+        assert s.store.kv_bytes() - kv == report.tokens * per_token  # exactly the chunk's keys and values
+        assert s.store.index_bytes() - index == (len(s.store) - blocks) * per_block
+        assert report.host_bytes == s.store.nbytes()
+        if i >= 1:
+            before, store_before = memory_state(s.memory), _store_state(s.store)
+            answer = s.ask(QUESTION, max_new_tokens=3)
+            assert answer.retrieval_ms is not None and answer.retrieved_tokens > 0
+            assert_same_memory(before, s.memory)  # bit for bit, on the same storage
+            assert all(torch.equal(a, b) for a, b in zip(store_before, _store_state(s.store), strict=True))
+            device.add(s.memory.cache_bytes())
+            storage.add(tuple(s.memory.storage()))
+    assert len(device) == 1 and len(storage) == 1
+    assert s.memory.slots <= window and len(s.store) > len(s.memory.layers[0].frames.unique())
+
+
+def test_the_host_cap_and_the_positions_stop_the_stream(llava_lm):
+    s = _session(llava_lm, "rekv", budget=150, host_cap_bytes=1)
+    with pytest.raises(StreamBound, match="host store reached its cap"):
+        s.ingest(random_chunk(0, 2))
+    assert s.frames_seen == 0 and len(s.store) == 0
+    short = StreamingSession(
+        llava_lm, HermesConfig(budget=150, chunk_frames=2, fps=1.0, max_positions=800, position_margin=100), "rekv"
+    )
+    short.ingest(random_chunk(0, 2))
+    with pytest.raises(StreamBound, match="positions run out"):
+        short.ingest(random_chunk(1, 2))
+
+
+def test_batch_answers_refuse_rekv_with_the_reason(llava_lm):
+    from hermes.engine.batch import BatchDecoder
+
+    s = _session(llava_lm, "rekv", budget=150)
+    s.ingest(random_chunk(0, 2))
+    with pytest.raises(ValueError, match="one at a time"):
+        BatchDecoder(llava_lm).add(s, QUESTION)
