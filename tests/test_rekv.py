@@ -4,6 +4,8 @@ by one chunk's KV; questions leave the window and the store bit-identical; the b
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -140,3 +142,21 @@ def test_batch_answers_refuse_rekv_with_the_reason(llava_lm):
     s.ingest(random_chunk(0, 2))
     with pytest.raises(ValueError, match="one at a time"):
         BatchDecoder(llava_lm).add(s, QUESTION)
+
+
+def test_stream_json_reports_retrieval_and_host_memory_and_stops_at_the_cap(clips, capsys):
+    from hermes.cli.main import main
+
+    args = ["stream", str(clips["short"]), "--model", "tiny", "--policy", "rekv", "--json", "--chunk-frames", "2"]
+    args += ["--fps", "1", "--budget", "400", "--max-new-tokens", "2", "--ask", "2:What is happening?"]
+    assert main([*args, "--host-cap-mb", "1.2"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    chunks = [e for e in events if e["event"] == "chunk"]
+    (answer,) = [e for e in events if e["event"] == "answer"]
+    hosts = [c["host_bytes"] for c in chunks]
+    assert hosts == sorted(hosts) and hosts[0] > 0 and len(set(hosts)) == len(hosts)  # grows with every chunk
+    assert 0 < answer["retrieval_ms"] < answer["ttft_ms"]
+    assert answer["forward_ms"] == pytest.approx(answer["ttft_ms"] - answer["retrieval_ms"])
+    assert answer["device_peak_bytes"] > answer["cache_bytes"] > 0 and answer["retrieved_tokens"] > 0
+    assert events[-1]["event"] == "stopped" and "host store reached its cap (1.2 MB)" in events[-1]["note"]
+    assert chunks[-1]["frames_seen"] < 8  # stopped before the end of the clip

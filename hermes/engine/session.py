@@ -108,6 +108,9 @@ class AnswerUpdate:
     retrieval_ms: float | None = None
     retrieved_tokens: int = 0
     retrieved_bytes: int = 0
+    # The memory on the device and a retrieval policy's host store when the question was read.
+    cache_bytes: int = 0
+    host_bytes: int = 0
 
     def finished(self, tokens: int, first_ms: float, end_ms: float) -> AnswerUpdate:
         """The last update of an answer of `tokens` tokens: done, with the time per output token
@@ -444,6 +447,8 @@ class StreamingSession:
             frames_seen=self.frames_seen,
             frames_in_memory=self.frames_in_memory(),
             at_s=self.stream_time_s,
+            cache_bytes=self.memory.cache_bytes(),
+            host_bytes=self.host_bytes(),
         )
 
     def record_answer(self, update: AnswerUpdate) -> None:

@@ -111,6 +111,14 @@ def memory_cap_for(lm: VideoLM, cap_mb: float | None = None) -> int:
     return min(default_memory_cap(device) * layers // n for device, n in counts.items())
 
 
+def host_memory_cap(cap_mb: float | None = None) -> int:
+    """Bytes of host memory a retrieval policy's store (rekv) may take: `cap_mb` if given, else
+    what admission control gives the CPU: DEFAULT_CPU_CAP_MB, or half the available RAM if less."""
+    if cap_mb is not None:
+        return default_memory_cap(torch.device("cpu"), cap_mb)
+    return min(DEFAULT_CPU_CAP_MB * MB, psutil.virtual_memory().available // 2)
+
+
 def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int:
     """Bytes of cache memory that admission control hands out.
 
