@@ -160,3 +160,26 @@ def test_stream_json_reports_retrieval_and_host_memory_and_stops_at_the_cap(clip
     assert answer["device_peak_bytes"] > answer["cache_bytes"] > 0 and answer["retrieved_tokens"] > 0
     assert events[-1]["event"] == "stopped" and "host store reached its cap (1.2 MB)" in events[-1]["note"]
     assert chunks[-1]["frames_seen"] < 8  # stopped before the end of the clip
+
+
+def test_bench_reports_retrieval_device_and_host_memory_against_hermes(llava_lm):
+    from hermes.bench.report import render_markdown
+    from hermes.bench.run import BenchSettings, run_bench
+
+    settings = BenchSettings(
+        policies=("hermes", "rekv"),
+        frames=(2, 6),
+        config=HermesConfig(budget=400, chunk_frames=2),
+        repeats=1,
+        max_new_tokens=1,
+        frame_size=64,
+        questions=(QUESTION,),
+    )
+    result = run_bench(llava_lm, settings, progress=False)
+    early, late = result.point("rekv", 2), result.point("rekv", 6)
+    assert early.host_bytes < late.host_bytes and result.point("hermes", 6).host_bytes is None
+    assert late.retrieval_ms and 0 < late.retrieval_ms[0] < late.ttft_ms[0]
+    assert late.device_bytes == late.cache_bytes + late.retrieved_bytes > late.cache_bytes
+    table = render_markdown(result)
+    assert "| of which retrieval ms |" in table and "| device + host x |" in table
+    assert f"| rekv | 6 | {late.ttft_ms[0]:.1f} | {late.retrieval_ms[0]:.1f} |" in table
