@@ -183,3 +183,30 @@ def test_bench_reports_retrieval_device_and_host_memory_against_hermes(llava_lm)
     table = render_markdown(result)
     assert "| of which retrieval ms |" in table and "| device + host x |" in table
     assert f"| rekv | 6 | {late.ttft_ms[0]:.1f} | {late.retrieval_ms[0]:.1f} |" in table
+
+
+def test_app_compares_hermes_with_rekv_and_stops_rekv_at_its_host_cap(worker, llava_lm, clips):
+    from hermes.serving.admission import MB, block_tokens_bound, cache_bytes_for, host_bytes_for
+    from hermes.serving.live import LiveStream
+    from hermes.serving.settings import StreamSettings
+    from tests.helpers import wait_for
+
+    settings = StreamSettings(
+        budget=400, chunk_frames=2, fps=1.0, compare=True, compare_policies=("hermes", "rekv"), host_cap_mb=1.2
+    )
+    # Admission counts the frames a question brings back on the device, and the host store apart.
+    alone = {p: cache_bytes_for(llava_lm, StreamSettings(policy=p, budget=400)) for p in ("fifo", "rekv")}
+    room = FrameRetrieval().top_k * block_tokens_bound(llava_lm) * llava_lm.kv_bytes_per_token
+    assert alone["rekv"] - alone["fifo"] == room and host_bytes_for(settings) == int(1.2 * MB)
+    stream = LiveStream(worker, llava_lm, settings, key="rekv")
+    try:
+        # At the pace of the clip, so that the bound comes while the source still reads (8 frames: 1.6 MB).
+        stream.start_file(clips["short"], speed="1x", settings=settings)
+        assert wait_for(lambda: stream.status().state == "stopped", 60) and stream.worker.wait_idle(stream.key, 60)
+        status = stream.status()
+        assert status.error is None and "host store reached its cap (1.2 MB)" in status.note
+        assert stream.view().frames_seen < 8
+        done = [e for e in stream.ask(QUESTION, max_new_tokens=2).events() if e.done]
+        assert sorted(e.policy for e in done) == ["hermes", "rekv"]  # rekv answered alone, beside the batch
+    finally:
+        stream.close()

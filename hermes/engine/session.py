@@ -319,27 +319,35 @@ class StreamingSession:
         return tokens * per_token + frames * len(self.memory.layers) * k.shape[1] * k.shape[-1] * 4
 
     def _check_store_bounds(self, tokens: int) -> None:
-        """StreamBound when the next chunk of `tokens` tokens would pass the host memory cap, or
-        the positions the model has: frames come back at the positions they were computed at, so
-        positions are never compacted."""
+        """StreamBound, with `bound_note`, when the next chunk cannot go in."""
+        note = self.bound_note(tokens)
+        if note is not None:
+            raise StreamBound(note)
+
+    def bound_note(self, tokens: int) -> str | None:
+        """Why a next chunk of `tokens` tokens cannot go in, for a policy with a host store: it would
+        pass the host memory cap, or the positions the model has (frames come back at the positions
+        they were computed at, so positions are never compacted). None when it can, or without a store."""
+        if self.store is None:
+            return None
         frames = self.config.chunk_frames
         if (
             self.host_cap_bytes is not None
             and self.host_bytes() + self._host_bytes_for(tokens, frames) > self.host_cap_bytes
         ):
-            mb = self.host_bytes() / 2**20
-            raise StreamBound(
+            return (
                 f"The host store reached its cap ({self.host_cap_bytes / 2**20:,.1f} MB): {self.policy.name} keeps "
                 f"every frame's keys and values in host memory, so the stream stops here ({self.frames_seen:,} frames, "
-                f"{mb:,.1f} MB held)."
+                f"{self.host_bytes() / 2**20:,.1f} MB held)."
             )
         limit = self.config.max_positions
         if limit is not None and self.next_position() + tokens + self.config.position_margin > limit:
-            raise StreamBound(
+            return (
                 f"{self.policy.name} keeps every frame at the position it was computed at (frames come back from host "
                 f"memory unrotated), so the stream stops when the model's {limit:,} positions run out "
                 f"({self.frames_seen:,} frames)."
             )
+        return None
 
     def _retrieval_room(self, frames: torch.Tensor) -> int:
         """Device columns a question's retrieval may take: top_k frames as long as this chunk's

@@ -10,9 +10,12 @@ where a token takes, over all layers, its key and value and in 16-bit caches its
 (`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * head_dim * dtype bytes,
 tensors = 3 in bf16 and fp16, 2 in fp32),
 
-summed over the stream's caches (two in compare mode). The `full` policy has no budget: the app
-bounds it by the positions the model has left after the question margin (what the engine can hold
-at all), reserves that much, and stops a full stream when its cache reaches the bound.
+summed over the stream's caches (two in compare mode). A retrieval policy (rekv) holds its window
+and, while it answers, the frames it brings back: top_k frame blocks of at most the tokens a
+block of the largest frames the decoder hands over takes (`block_tokens_bound`). Its host store is
+counted apart, against the CPU's allowance (`host_bytes_for`, `host_memory_cap`). The `full`
+policy has no budget: the app bounds it by the positions the model has left after the question
+margin (what the engine can hold at all), reserves that much, and stops a full stream when its cache reaches the bound.
 
 A model spread over several GPUs (a device map) keeps each layer's memory on its layer's device,
 so a stream takes, on each device, its bytes times the share of layers there
@@ -28,6 +31,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import numpy as np
 import psutil
 import torch
 
@@ -36,6 +40,7 @@ from hermes.memory.config import HermesConfig
 from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM
 from hermes.serving.settings import StreamSettings
+from hermes.video.decoding import DEFAULT_MAX_SIDE
 
 MB = 1024 * 1024
 # CPU: at most this much of the cache memory by default, and never more than half the free RAM.
@@ -63,10 +68,29 @@ def full_slot_limit(lm: VideoLM, config: HermesConfig) -> int:
     return max(0, max_positions - config.position_margin - prefix_len(lm))
 
 
+def block_tokens_bound(lm: VideoLM) -> int:
+    """Tokens one frame block (a frame, or a frame pair where the model merges them) takes at most:
+    square frames of the largest side the decoder hands over, chunk extras included."""
+    n = lm.frame_multiple
+    frames = np.zeros((n, DEFAULT_MAX_SIDE, DEFAULT_MAX_SIDE, 3), dtype=np.uint8)
+    return lm.chunk_inputs(frames, 1.0).num_tokens
+
+
 def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
-    """Slots after the prefix that each layer holds once the budget is reached."""
-    capacity = make_policy(policy, config).capacity
-    return full_slot_limit(lm, config) if capacity is None else capacity
+    """Slots after the prefix that each layer holds once the budget is reached; for a retrieval
+    policy, with the frames a question brings back."""
+    made = make_policy(policy, config)
+    if made.capacity is None:
+        return full_slot_limit(lm, config)
+    room = 0 if made.retrieval is None else made.retrieval.top_k * block_tokens_bound(lm)
+    return made.capacity + room
+
+
+def host_bytes_for(settings: StreamSettings) -> int:
+    """Host memory a stream's retrieval policies may keep their frames in: each its cap."""
+    config = settings.config()
+    retrieving = sum(make_policy(p, config).retrieval is not None for p in settings.policies)
+    return retrieving * host_memory_cap(settings.host_cap_mb) if retrieving else 0
 
 
 def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: str) -> int:

@@ -195,6 +195,13 @@ class AnswerBatch:
         rows = []
         try:
             for policy, session in request.sessions.items():
+                if session.policy.retrieval is not None:
+                    # rekv: each layer brings back its own frames per question, so its answer cannot
+                    # share the batch's copies; it is decoded alone, at once, on this thread.
+                    for update in session.ask_stream(request.question, request.max_new_tokens):
+                        if not request.emit(policy, update):
+                            break
+                    continue
                 rows.append(self.decoder.add(session, request.question, request.max_new_tokens, (job, policy)))
         except Exception:
             for row in rows:
