@@ -35,6 +35,7 @@ _METHOD_LABELS = {
     "sink": "Sink + window",
     "infinipot-v": "InfiniPot-V",
     "streammem": "StreamMem",
+    "rekv": "ReKV",
 }
 _METHOD_COLORS = {
     "hermes": "#4f46e5",
@@ -43,6 +44,7 @@ _METHOD_COLORS = {
     "sink": "#a16207",
     "infinipot-v": "#be185d",
     "streammem": "#15803d",
+    "rekv": "#7c3aed",
 }
 # Every policy name the app offers: a method, or a method with +dtd (drawn in its method's colour).
 LABELS = {p: " + ".join(_METHOD_LABELS.get(part, part.upper()) for part in p.split("+")) for p in POLICIES}
