@@ -208,5 +208,17 @@ def test_app_compares_hermes_with_rekv_and_stops_rekv_at_its_host_cap(worker, ll
         assert stream.view().frames_seen < 8
         done = [e for e in stream.ask(QUESTION, max_new_tokens=2).events() if e.done]
         assert sorted(e.policy for e in done) == ["hermes", "rekv"]  # rekv answered alone, beside the batch
+        rekv = next(e for e in done if e.policy == "rekv")
+        assert 0 < rekv.retrieval_ms < rekv.ttft_ms and rekv.retrieved_bytes > 0
+        metrics = stream.metrics()
+        assert list(metrics["host_bytes"]) == ["rekv"] and metrics["host_bytes"]["rekv"] > 0  # /metrics
+        # The memory plot: rekv's host memory as its own line, growing; none for HERMES.
+        from ui.figures import performance_figure
+
+        lines = {t.name: t.y for t in performance_figure(stream.view(), gpu=False).data}
+        assert "HERMES host memory" not in lines and list(lines["ReKV host memory"]) == sorted(
+            lines["ReKV host memory"]
+        )
+        assert lines["ReKV host memory"][-1] > lines["ReKV host memory"][0] > 0
     finally:
         stream.close()
