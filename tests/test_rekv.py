@@ -222,3 +222,34 @@ def test_app_compares_hermes_with_rekv_and_stops_rekv_at_its_host_cap(worker, ll
         assert lines["ReKV host memory"][-1] > lines["ReKV host memory"][0] > 0
     finally:
         stream.close()
+
+
+def test_eval_runs_hermes_and_rekv_side_by_side(llava_lm, eval_videos, tmp_path):
+    from hermes.eval.formats import BENCHES
+    from hermes.eval.harness import EvalSettings, run_eval
+    from hermes.eval.policies import PolicyGroup, policy_out
+    from tests.eval_helpers import CHUNK, FPS, records_of, videomme
+
+    spec = BENCHES["videomme"]
+    items, problems = spec.load(videomme(tmp_path / "vmme.json"))
+    config = HermesConfig(budget=300, chunk_frames=CHUNK, fps=FPS, reindex="eager")
+    group = PolicyGroup({p: StreamingSession(llava_lm, config, policy=p) for p in ("hermes", "rekv")})
+    out = tmp_path / "group.jsonl"
+    summaries = run_eval(
+        llava_lm, spec, items, problems, group, eval_videos, out, EvalSettings(max_new_tokens=1), False
+    )
+    assert set(summaries) == {"hermes", "rekv"}
+    answered = [r for r in records_of(policy_out(out, "rekv")) if r["status"] == "answered"]
+    assert answered and all(r["option_logprobs"] for r in answered)
+
+
+def test_eager_reindexing_never_moves_rekv_positions(llava_lm):
+    config = HermesConfig(budget=200, chunk_frames=2, fps=1.0, reindex="eager")
+    s = StreamingSession(llava_lm, config, policy="rekv")
+    for i in range(3):
+        s.ingest(random_chunk(i, 2))
+    layer = s.memory.layers[0]
+    held = [
+        (b, int(s.store.block_length[b])) for b in range(len(s.store)) if int(s.store.block_frame[b]) in layer.frames
+    ]
+    assert held and torch.equal(layer.positions, s.store.positions(held))  # the window sits where it was computed

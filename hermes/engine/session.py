@@ -223,7 +223,7 @@ class StreamingSession:
             t_guided = now_ms(device)
             guidance_ms = t_guided - t1
             report = compress(self.memory, self.policy, attention)
-            if self.config.reindex == "eager":
+            if self.config.reindex == "eager" and self.store is None:  # rekv keeps original positions
                 t_kept = now_ms(device)
                 self.memory.reindex()
                 reindex_ms += now_ms(device) - t_kept
