@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from hermes.engine.metrics import now_ms
-from hermes.memory.cache import HermesCache
+from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rivals.rekv import FrameRetrieval
+from hermes.models.base import VideoLM
 
 
 @dataclass
@@ -96,3 +98,89 @@ class FrameRetriever:
             self.cost.ms += now_ms(device) - t0
 
         return hook
+
+
+class HostRetrieval:
+    """A retrieval policy's side of a session (ReKV): the host store of every frame and its cap,
+    the device room its questions take, and the question's forward with the frames brought back.
+
+    Positions are never compacted: frames come back at the positions they were computed at, so the
+    stream ends when positions run out, as it ends at the host memory cap (`bound_note`)."""
+
+    def __init__(self, rule: FrameRetrieval, memory: HermesCache, name: str, cap_bytes: int | None) -> None:
+        self.rule = rule
+        self.name = name
+        self.cap_bytes = cap_bytes
+        self.store = HostStore(memory.rope)
+        self.last: RetrievalCost | None = None  # the last question's
+
+    def next_position(self, memory: HermesCache) -> int:
+        """Where new tokens go: after the window and after every frame of the store (the window
+        may hold none of them)."""
+        return max(memory.next_position, self.store.next_position)
+
+    def room(self, frames: torch.Tensor) -> int:
+        """Device columns a question may bring back: top_k frame blocks as long as the longest of
+        `frames` (a chunk's), reserved with the chunk so that asking allocates nothing."""
+        if frames.numel() == 0:
+            return 0
+        _, counts = torch.unique_consecutive(frames, return_counts=True)
+        return self.rule.top_k * int(counts.max())
+
+    def keep(self, memory: HermesCache, meta: ChunkMeta) -> None:
+        """Copy the chunk `meta` describes, just written after the memory, into the host store."""
+        end, n = memory.get_seq_length(), len(meta)
+        self.store.add(
+            [(k[..., end - n :, :], v[..., end - n :, :]) for k, v in memory.kv()], meta.frames, meta.positions
+        )
+
+    def bound_note(self, memory: HermesCache, tokens: int, frames: int, frames_seen: int) -> str | None:
+        """Why a next chunk of `tokens` tokens in `frames` frames cannot go in: it would pass the
+        host memory cap, or the positions the model has; None when it can."""
+        if (
+            self.cap_bytes is not None
+            and self.store.nbytes() + self._bytes_for(memory, tokens, frames) > self.cap_bytes
+        ):
+            return (
+                f"The host store reached its cap ({self.cap_bytes / 2**20:,.1f} MB): {self.name} keeps every frame's "
+                f"keys and values in host memory, so the stream stops here ({frames_seen:,} frames, "
+                f"{self.store.nbytes() / 2**20:,.1f} MB held)."
+            )
+        config = memory.config
+        limit = config.max_positions
+        if limit is not None and self.next_position(memory) + tokens + config.position_margin > limit:
+            return (
+                f"{self.name} keeps every frame at the position it was computed at (frames come back from host "
+                f"memory unrotated), so the stream stops when the model's {limit:,} positions run out "
+                f"({frames_seen:,} frames)."
+            )
+        return None
+
+    @staticmethod
+    def _bytes_for(memory: HermesCache, tokens: int, frames: int) -> int:
+        """Host bytes `tokens` tokens in `frames` frame blocks add to the store: key and value in
+        every layer, and one fp32 mean key per block and layer."""
+        k = memory.layers[0].keys
+        per_layer_head = k.shape[1] * k.shape[-1]
+        return len(memory.layers) * per_layer_head * (2 * tokens * k.element_size() + 4 * frames)
+
+    def forward(
+        self,
+        lm: VideoLM,
+        memory: HermesCache,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        """`lm` over question tokens after the memory (scratch tokens), each layer first bringing
+        back its best frames that have left the window (`FrameRetriever`); the cost in `last`."""
+        candidates = candidate_blocks(memory, self.store)
+        if candidates.numel() == 0:  # every frame is still in the window
+            self.last = RetrievalCost()
+            return lm.forward(memory, ids, positions, **kwargs)
+        tokens = self.rule.tokens_to_bring(self.store.block_length[candidates], self.rule.top_k)
+        memory.reserve(tokens + ids.shape[-1])
+        with FrameRetriever(lm.attention_modules(), memory, self.store, self.rule, candidates, tokens) as retriever:
+            logits = lm.forward(memory, ids, positions, **kwargs)
+        self.last = retriever.cost
+        return logits

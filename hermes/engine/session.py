@@ -19,7 +19,7 @@ import torch
 from hermes.engine.chunk import Chunk
 from hermes.engine.guidance import AttentionProbe, guidance_prompt
 from hermes.engine.metrics import memory_reading, now_ms
-from hermes.engine.retrieval import FrameRetriever, RetrievalCost, candidate_blocks
+from hermes.engine.retrieval import HostRetrieval, RetrievalCost
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
 from hermes.memory.cache import ChunkMeta, HermesCache, rank_within_frame
 from hermes.memory.compression import AttentionRecord, compress
@@ -173,8 +173,10 @@ class StreamingSession:
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
         self._last_frame: Previous = None  # the input filter's previous frame
-        self.store = HostStore(self.memory.rope) if self.policy.retrieval is not None else None
-        self.last_retrieval: RetrievalCost | None = None
+        rule = self.policy.retrieval
+        self.retrieval = (
+            None if rule is None else HostRetrieval(rule, self.memory, self.policy.name, self.host_cap_bytes)
+        )
         self.standing.rearm()
 
     # -- streaming -----------------------------------------------------------------------
@@ -193,27 +195,24 @@ class StreamingSession:
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
 
-        if self.store is not None:
-            self._check_store_bounds(inputs.num_tokens)
+        note = self.bound_note(inputs.num_tokens)
+        if note is not None:
+            raise StreamBound(note)
         t0 = now_ms(device)
         self.memory.discard()  # a chunk follows the memory alone, never a reader's leftovers
         compactions = self.memory.compactions
-        # A lazy compaction may run here; never for a retrieval policy (see `_check_store_bounds`).
-        start = self.memory.start_position(inputs.num_tokens) if self.store is None else self.next_position()
+        # A lazy compaction may run here; never for a retrieval policy (see `HostRetrieval`).
+        start = self.memory.start_position(inputs.num_tokens) if self.retrieval is None else self.next_position()
         t_lazy = now_ms(device)
         lazy = self.memory.compactions > compactions
         positions = inputs.rel_positions + start
-        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + self._retrieval_room(frame_ids))
+        room = 0 if self.retrieval is None else self.retrieval.room(frame_ids)
+        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + room)
         if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
             self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
             meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
-            if self.store is not None:  # every frame to host memory, as computed, before the window moves on
-                end = self.memory.get_seq_length()
-                self.store.add(
-                    [(k[..., end - len(meta) :, :], v[..., end - len(meta) :, :]) for k, v in self.memory.kv()],
-                    meta.frames,
-                    meta.positions,
-                )
+            if self.retrieval is not None:  # every frame to host memory, as computed, before the window moves on
+                self.retrieval.keep(self.memory, meta)
             self.memory.commit(meta)
         t1 = now_ms(device)
         report, guidance_ms, reindex_ms = None, 0.0, t_lazy - t0 if lazy else 0.0
@@ -223,7 +222,7 @@ class StreamingSession:
             t_guided = now_ms(device)
             guidance_ms = t_guided - t1
             report = compress(self.memory, self.policy, attention)
-            if self.config.reindex == "eager" and self.store is None:  # rekv keeps original positions
+            if self.config.reindex == "eager" and self.retrieval is None:  # rekv keeps original positions
                 t_kept = now_ms(device)
                 self.memory.reindex()
                 reindex_ms += now_ms(device) - t_kept
@@ -300,81 +299,37 @@ class StreamingSession:
         return probe.weights
 
     # -- a retrieval policy's host store (ReKV) ------------------------------------------
+    @property
+    def store(self) -> HostStore | None:
+        """A retrieval policy's host store of every frame; None for other policies."""
+        return None if self.retrieval is None else self.retrieval.store
+
+    @property
+    def last_retrieval(self) -> RetrievalCost | None:
+        """What the last question's retrieval cost; None for other policies."""
+        return None if self.retrieval is None else self.retrieval.last
+
     def next_position(self) -> int:
-        """Where new tokens go: after the memory and, for a retrieval policy, after every frame of
-        its host store too (its window may hold none of them)."""
-        pos = self.memory.next_position
-        return pos if self.store is None else max(pos, self.store.next_position)
+        """Where new tokens go: after the memory (and a retrieval policy's stored frames)."""
+        return self.memory.next_position if self.retrieval is None else self.retrieval.next_position(self.memory)
 
     def host_bytes(self) -> int:
-        """Host memory of the policy's store (every frame's keys and values and its index); 0 for
-        a policy without one."""
+        """Host memory of a retrieval policy's store; 0 for other policies."""
         return 0 if self.store is None else self.store.nbytes()
 
-    def _host_bytes_for(self, tokens: int, frames: int) -> int:
-        """Host bytes `tokens` tokens in `frames` frame blocks add to the store: key and value in
-        every layer, and one fp32 mean key per block and layer."""
-        k = self.memory.layers[0].keys
-        per_token = 2 * len(self.memory.layers) * k.shape[1] * k.shape[-1] * k.element_size()
-        return tokens * per_token + frames * len(self.memory.layers) * k.shape[1] * k.shape[-1] * 4
-
-    def _check_store_bounds(self, tokens: int) -> None:
-        """StreamBound, with `bound_note`, when the next chunk cannot go in."""
-        note = self.bound_note(tokens)
-        if note is not None:
-            raise StreamBound(note)
-
     def bound_note(self, tokens: int) -> str | None:
-        """Why a next chunk of `tokens` tokens cannot go in, for a policy with a host store: it would
-        pass the host memory cap, or the positions the model has (frames come back at the positions
-        they were computed at, so positions are never compacted). None when it can, or without a store."""
-        if self.store is None:
+        """Why a next chunk of `tokens` tokens cannot go in (a retrieval policy's host cap or
+        positions); None when it can."""
+        if self.retrieval is None:
             return None
-        frames = self.config.chunk_frames
-        if (
-            self.host_cap_bytes is not None
-            and self.host_bytes() + self._host_bytes_for(tokens, frames) > self.host_cap_bytes
-        ):
-            return (
-                f"The host store reached its cap ({self.host_cap_bytes / 2**20:,.1f} MB): {self.policy.name} keeps "
-                f"every frame's keys and values in host memory, so the stream stops here ({self.frames_seen:,} frames, "
-                f"{self.host_bytes() / 2**20:,.1f} MB held)."
-            )
-        limit = self.config.max_positions
-        if limit is not None and self.next_position() + tokens + self.config.position_margin > limit:
-            return (
-                f"{self.policy.name} keeps every frame at the position it was computed at (frames come back from host "
-                f"memory unrotated), so the stream stops when the model's {limit:,} positions run out "
-                f"({self.frames_seen:,} frames)."
-            )
-        return None
-
-    def _retrieval_room(self, frames: torch.Tensor) -> int:
-        """Device columns a question's retrieval may take: top_k frames as long as this chunk's
-        longest (reserved with the chunk, so that asking allocates nothing)."""
-        rule = self.policy.retrieval
-        if rule is None or frames.numel() == 0:
-            return 0
-        _, counts = torch.unique_consecutive(frames, return_counts=True)
-        return rule.top_k * int(counts.max())
+        return self.retrieval.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
 
     def _forward_question(self, ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """The model over question tokens after the memory, as scratch tokens; a retrieval policy
-        first brings back each layer's best frames from the host store (`FrameRetriever`)."""
-        rule, self.last_retrieval = self.policy.retrieval, None
-        if rule is None or self.store is None:
+        first brings back each layer's best frames (`HostRetrieval.forward`)."""
+        if self.retrieval is None:
             return self.lm.forward(self.memory, ids, positions, **kwargs)
-        candidates = candidate_blocks(self.memory, self.store)
-        if candidates.numel() == 0:  # every frame is still in the window
-            self.last_retrieval = RetrievalCost()
-            return self.lm.forward(self.memory, ids, positions, **kwargs)
-        tokens = rule.tokens_to_bring(self.store.block_length[candidates], rule.top_k)
-        self.memory.reserve(tokens + ids.shape[-1])
-        modules = self.lm.attention_modules()
-        with FrameRetriever(modules, self.memory, self.store, rule, candidates, tokens) as retriever:
-            logits = self.lm.forward(self.memory, ids, positions, **kwargs)
-        self.last_retrieval = retriever.cost
-        return logits
+        return self.retrieval.forward(self.lm, self.memory, ids, positions, **kwargs)
 
     def _filter(self, inputs: ChunkInputs) -> ChunkInputs:
         """The chunk with the tokens the policy's input filter drops taken out: the model then gets
