@@ -253,3 +253,19 @@ def test_eager_reindexing_never_moves_rekv_positions(llava_lm):
         (b, int(s.store.block_length[b])) for b in range(len(s.store)) if int(s.store.block_frame[b]) in layer.frames
     ]
     assert held and torch.equal(layer.positions, s.store.positions(held))  # the window sits where it was computed
+
+
+def test_eval_skips_questions_past_rekv_bound_with_the_reason(llava_lm, eval_videos, tmp_path):
+    from hermes.eval.formats import BENCHES
+    from hermes.eval.harness import EvalSettings, run_eval
+    from tests.eval_helpers import CHUNK, FPS, records_of, videomme
+
+    spec = BENCHES["videomme"]
+    items, problems = spec.load(videomme(tmp_path / "vmme.json"))
+    session = StreamingSession(
+        llava_lm, HermesConfig(budget=300, chunk_frames=CHUNK, fps=FPS), policy="rekv", host_cap_bytes=1
+    )
+    out = tmp_path / "rekv.jsonl"
+    run_eval(llava_lm, spec, items, problems, session, eval_videos, out, EvalSettings(max_new_tokens=1), False)
+    skipped = [r for r in records_of(out) if "host store reached its cap" in (r.get("reason") or "")]
+    assert skipped  # the run goes on, the questions past the bound say why

@@ -34,7 +34,6 @@ class HostStore:
         self.block_start = torch.zeros(0, dtype=torch.long)
         self.block_length = torch.zeros(0, dtype=torch.long)
         self.block_frame = torch.zeros(0, dtype=torch.long)
-        self.tokens = 0
         self.next_position = 0  # one past the largest position of any token held
 
     def __len__(self) -> int:
@@ -67,7 +66,6 @@ class HostStore:
         self.block_start = torch.cat([self.block_start, starts])
         self.block_length = torch.cat([self.block_length, lengths])
         self.block_frame = torch.cat([self.block_frame, frames.cpu()[starts]])
-        self.tokens += n
         self.next_position = max(self.next_position, int(positions.max()) + 1)
 
     def mean_keys(self, layer: int, heads: int) -> torch.Tensor:
