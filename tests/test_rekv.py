@@ -95,6 +95,43 @@ def test_every_frame_brought_back_equals_the_full_cache(lm):
     assert (fewer.first_token_logprobs(QUESTION) - expected).abs().max() > 1e-4
 
 
+def test_each_layer_brings_back_the_frame_nearest_its_own_question_query(lm):
+    s = _session(lm, "rekv", budget=1, params={"rekv.top_k": 1})  # every frame leaves the window
+    for i in range(3):
+        s.ingest(random_chunk(i, 2))
+    store, rope = s.store, s.memory.rope
+    heads = {}
+
+    def capture(layer):
+        def hook(module, args, kwargs):
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            q = module.q_proj(hidden).view(*hidden.shape[:2], -1, module.head_dim)
+            q = module.q_norm(q) if getattr(module, "q_norm", None) is not None else q
+            heads[layer] = q[0].float().mean(0)  # (heads, dim), before RoPE
+
+        return hook
+
+    modules = lm.attention_modules()
+    handles = [m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in enumerate(modules)]
+    try:
+        s.first_token_logprobs(QUESTION)
+    finally:
+        for h in handles:
+            h.remove()
+    picks = [(b, int(n)) for b, n in enumerate(store.block_length)]
+    positions = store.positions(picks)
+    for layer, query in heads.items():
+        keys, _ = store.gather(layer, picks)
+        plain = rotate_keys(keys[0].float(), -positions, rope)  # (kv heads, tokens, dim)
+        sims = []
+        starts = torch.cumsum(store.block_length, 0) - store.block_length
+        for start, n in zip(starts.tolist(), store.block_length.tolist(), strict=True):
+            mean = plain[:, start : start + n].mean(1).repeat_interleave(query.shape[0] // plain.shape[0], 0)
+            sims.append(torch.nn.functional.cosine_similarity(mean.flatten(), query.flatten(), dim=0))
+        best = int(torch.stack(sims).argmax())
+        assert s.last_retrieval.frames[layer] == [int(store.block_frame[best])], layer
+
+
 def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alone(lm):
     # A window of one chunk: past the first chunk, every question has frames to bring back.
     window = _session(lm, "full", budget=10_000).ingest(random_chunk(0, 2)).tokens + 1
