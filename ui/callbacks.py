@@ -77,6 +77,8 @@ def answer_message(event: AnswerEvent, compare: bool) -> dict:
         text += "\n\n*(interrupted: the stream was reset)*"
     elif event.done:
         ttft = f"{event.ttft_ms:.0f} ms" if event.ttft_ms is not None else "n/a"
+        if event.retrieval_ms is not None:  # rekv: the part of TTFT spent bringing frames back
+            ttft += f" (retrieval {event.retrieval_ms:.0f} ms)"
         text += (
             f"\n\n*TTFT {ttft} · waited {event.wait_ms:.0f} ms for the chunk in flight · "
             f"{event.frames_in_memory} of {event.frames_seen} frames in memory*"

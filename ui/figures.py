@@ -35,6 +35,7 @@ _METHOD_LABELS = {
     "sink": "Sink + window",
     "infinipot-v": "InfiniPot-V",
     "streammem": "StreamMem",
+    "rekv": "ReKV",
 }
 _METHOD_COLORS = {
     "hermes": "#4f46e5",
@@ -43,6 +44,7 @@ _METHOD_COLORS = {
     "sink": "#a16207",
     "infinipot-v": "#be185d",
     "streammem": "#15803d",
+    "rekv": "#7c3aed",
 }
 # Every policy name the app offers: a method, or a method with +dtd (drawn in its method's colour).
 LABELS = {p: " + ".join(_METHOD_LABELS.get(part, part.upper()) for part in p.split("+")) for p in POLICIES}
@@ -338,6 +340,19 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             row=1,
             col=2,
         )
+        if any(policy in r.host_bytes for r in records):  # rekv: every frame in host memory, its own line
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.frames_seen for r in records],
+                    y=[round(r.host_bytes.get(policy, 0) / MB, 3) for r in records],
+                    mode="lines",
+                    line={"color": color, "width": 2, "dash": "dash"},
+                    name=f"{name} host memory",
+                    hovertemplate="%{x} frames<br>host %{y:.2f} MB<extra></extra>",
+                ),
+                row=1,
+                col=2,
+            )
     budgets = [b for policy, b in view.budget_bytes.items() if policy != "full"]
     if budgets:  # HERMES and FIFO share |M|: one line, at the larger of their caches
         fig.add_hline(
@@ -366,7 +381,7 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
     fig.update_xaxes(title_text="frames seen", row=1, col=1, rangemode="tozero")
     fig.update_xaxes(title_text="frames seen", row=1, col=2, rangemode="tozero")
     fig.update_yaxes(title_text="ms", row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text="cache MB", row=1, col=2, rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="cache (and host) MB", row=1, col=2, rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text=f"{second} MB", row=1, col=2, rangemode="tozero", secondary_y=True, showgrid=False)
     fig = _layout(fig, 360)
     fig.update_layout(legend={"y": -0.28, "yanchor": "top"}, margin={"b": 24})

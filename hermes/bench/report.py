@@ -211,6 +211,7 @@ def render_markdown(result: BenchResult) -> str:
             f"| {_mib(p.cache_bytes)} | {_mib(p.memory_bytes)} | {status} |"
         )
     lines += rivals_table(result)
+    lines += retrieval_table(result)
     lines += ["", "Headline ratios (this run; targets shown, not asserted):"]
     for h in headline(result):
         verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
@@ -333,5 +334,40 @@ def rivals_table(result: BenchResult) -> list[str]:
             f"| {_mib(p.cache_bytes)} | {_ratio(p.cache_bytes, h.cache_bytes if ok else None)} "
             f"| {'-' if p.ingest_fps is None else f'{p.ingest_fps:.2f}'} "
             f"| {_ratio(p.ingest_fps, h.ingest_fps if ok else None)} | {share} | {dropped} |"
+        )
+    return lines
+
+
+def retrieval_table(result: BenchResult) -> list[str]:
+    """Each retrieval policy (rekv) against HERMES at each frame count, from the same run: TTFT and
+    its retrieval part, the device cache at its peak (window plus frames brought back), host memory,
+    and ratios. Empty unless the run has HERMES and a retrieval policy."""
+    retrieving = list(dict.fromkeys(p.policy for p in result.points if p.host_bytes is not None))
+    if not retrieving or not any(p.policy == "hermes" for p in result.points):
+        return []
+    lines = [
+        "",
+        "Retrieval against HERMES (device: the cache at its peak, with the frames brought back; host: the store "
+        "of every frame; ratios: the policy's value / HERMES's at the same frame count):",
+        "",
+        "| policy | frames | TTFT ms | of which retrieval ms | TTFT x | device MiB | device x | host MiB "
+        "| device + host x |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in result.points:
+        if p.policy not in ("hermes", *retrieving):
+            continue
+        if p.status != OK:
+            lines.append(f"| {p.policy} | {p.frames} | {p.status}: {p.note} | | | | | | |")
+            continue
+        h = result.point("hermes", p.frames)
+        ok = h is not None and h.status == OK
+        ttft, base, fetch = _median(p), _median(h) if ok else None, _median(p, "retrieval_ms")
+        total = (p.device_bytes or 0) + (p.host_bytes or 0)
+        lines.append(
+            f"| {p.policy} | {p.frames} | {'-' if ttft is None else f'{ttft:.1f}'} "
+            f"| {'-' if fetch is None else f'{fetch:.1f}'} | {_ratio(ttft, base)} | {_mib(p.device_bytes)} "
+            f"| {_ratio(p.device_bytes, h.device_bytes if ok else None)} | {_mib(p.host_bytes or 0)} "
+            f"| {_ratio(total, h.device_bytes if ok else None)} |"
         )
     return lines

@@ -30,12 +30,12 @@ import torch
 
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import free_cached_memory, memory_reading
-from hermes.engine.session import ChunkReport, StreamingSession
+from hermes.engine.session import ChunkReport, StreamBound, StreamingSession
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import POLICY_NAMES, check_policies, params_for, parse_policy
+from hermes.memory.policies import POLICY_NAMES, check_policies, make_policy, params_for, parse_policy
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
-from hermes.serving.admission import memory_cap_for
+from hermes.serving.admission import host_memory_cap, memory_cap_for
 
 DEFAULT_BENCH_MODEL = "tiny"
 DEFAULT_POLICIES = ("hermes", "fifo", "full")
@@ -109,13 +109,24 @@ class Point:
     cache_bytes: int | None = None
     memory_bytes: int | None = None  # GPU peak on CUDA, process RSS on CPU
     video_tokens_per_layer: int | None = None
+    # A retrieval policy (rekv): TTFT's retrieval part, the device bytes of the frames brought back
+    # at their peak (all layers), and the host store's bytes.
+    retrieval_ms: list[float] = field(default_factory=list)
+    retrieved_bytes: int | None = None
+    host_bytes: int | None = None
+
+    @property
+    def device_bytes(self) -> int | None:
+        """The cache on the device at its peak: the memory plus any frames brought back."""
+        return None if self.cache_bytes is None else self.cache_bytes + (self.retrieved_bytes or 0)
 
     def summary(self) -> dict:
         """The stored numbers plus their median/min/max."""
         out = asdict(self)
-        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms", "guidance_ms"):
+        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms", "guidance_ms", "retrieval_ms"):
             out[f"{key}_stats"] = spread(getattr(self, key))
         out["ingest_fps"] = self.ingest_fps
+        out["device_bytes"] = self.device_bytes
         return out
 
     @property
@@ -235,13 +246,16 @@ def run_policy(
     """Stream one policy to its largest frame count, measuring at each requested count."""
     config = settings.config
     full = parse_policy(policy)[0] == "full"
-    if full:
+    retrieves = make_policy(policy, config, params_for(policy, settings.params)).retrieval is not None
+    if full or retrieves:  # neither compacts positions: run past the trained context, as speed allows
         config = config.with_(max_positions=UNBOUNDED_POSITIONS)
     limit = settings.full_max_frames if full else None
     device = lm.device
     free_cached_memory(device)
     _reset_peak(device)
-    session = StreamingSession(lm, config, policy=policy, params=params_for(policy, settings.params))
+    session = StreamingSession(
+        lm, config, policy=policy, params=params_for(policy, settings.params), host_cap_bytes=host_memory_cap()
+    )
     per_token = lm.kv_bytes_per_token
     rng = np.random.default_rng(settings.seed)
     points: list[Point] = []
@@ -252,6 +266,7 @@ def run_policy(
     for target in settings.frames:
         point = Point(policy, target)
         points.append(point)
+        retrieved = 0
         if stopped is None and limit is not None and target > limit:
             stopped = (SKIPPED, f"past --full-max-frames {limit}")
         if stopped is not None:
@@ -281,16 +296,21 @@ def run_policy(
                 for question in settings.questions:
                     answer = session.ask(question, max_new_tokens=settings.max_new_tokens)
                     point.ttft_ms.append(answer.ttft_ms)
+                    if answer.retrieval_ms is not None:
+                        point.retrieval_ms.append(answer.retrieval_ms)
+                    retrieved = max(retrieved, answer.retrieved_bytes)
                     if answer.tpot_ms is not None:
                         point.tpot_ms.append(answer.tpot_ms)
         except (MemoryError, torch.OutOfMemoryError) as exc:
             stopped = (OOM, (str(exc).splitlines() or ["out of memory"])[0])
+        except StreamBound as exc:
+            stopped = (OOM, str(exc))
         if stopped is not None:
             # Drop the cache (outside the except block, whose traceback still holds the prefill's
             # tensors) before anything else needs memory; the larger frame counts are out of reach.
             session = None
             free_cached_memory(device)
-            point.status, point.note, point.ttft_ms, point.tpot_ms = *stopped, [], []
+            point.status, point.note, point.ttft_ms, point.tpot_ms, point.retrieval_ms = *stopped, [], [], []
             continue
         point.prefill_ms = [r.prefill_ms for r in window]
         point.compress_ms = [r.compress_ms for r in window]
@@ -300,6 +320,8 @@ def run_policy(
         point.dropped = [r.dropped for r in window]
         point.ingested_frames = session.frames_seen - window_start
         point.cache_bytes = session.memory.cache_bytes()
+        if retrieves:
+            point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
         point.memory_bytes = _memory(device)
         point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
         window, window_start = [], session.frames_seen

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args, model_options, parse_params
 
@@ -37,6 +39,13 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="pace against the wall clock (1 = real time); default: as fast as the model goes",
     )
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument(
+        "--host-cap-mb",
+        type=float,
+        default=None,
+        help="host memory a retrieval policy (rekv) may keep every frame in; the stream stops there "
+        "(default: what admission control allows on the CPU)",
+    )
     p.set_defaults(func=cmd_stream)
     return p
 
@@ -55,11 +64,14 @@ def _session(args: argparse.Namespace):
 
     from hermes.engine.session import StreamingSession
     from hermes.models.loading import DEFAULT_MODEL, load_video_lm
+    from hermes.serving.admission import host_memory_cap
 
     params = checked_params(args)
     placement = model_options(args)
     lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, **placement)
-    return StreamingSession(lm, config_from_args(args, lm.default_fps), policy=args.policy, params=params)
+    config = config_from_args(args, lm.default_fps)
+    host_cap = host_memory_cap(args.host_cap_mb)
+    return StreamingSession(lm, config, policy=args.policy, params=params, host_cap_bytes=host_cap)
 
 
 def _answer_json(event, alert: bool = False) -> str:
@@ -76,6 +88,14 @@ def _answer_json(event, alert: bool = False) -> str:
             "frames_in_memory": event.frames_in_memory,
             "tokens": event.tokens,
             "top_logprobs": [[t, lp] for t, lp in event.top_logprobs],
+            # A retrieval policy's TTFT splits into retrieval (search and host-to-device copy) and
+            # the forward; its device memory peaks at the window plus the frames brought back.
+            "retrieval_ms": event.retrieval_ms,
+            "forward_ms": None if event.retrieval_ms is None else event.ttft_ms - event.retrieval_ms,
+            "retrieved_tokens": event.retrieved_tokens,
+            "cache_bytes": event.cache_bytes,
+            "device_peak_bytes": event.cache_bytes + event.retrieved_bytes,
+            "host_bytes": event.host_bytes,
         }
     )
 
@@ -91,6 +111,7 @@ def _chunk_json(event) -> str:
             "dropped": event.dropped,  # by the policy's input filter (+dtd), before the prefill
             "video_tokens_per_layer": event.video_tokens_per_layer,
             "cache_bytes": event.cache_bytes,
+            "host_bytes": event.host_bytes,
             "prefill_ms": event.prefill_ms,
             "compress_ms": event.compress_ms,
             "guidance_ms": event.guidance_ms,
@@ -129,7 +150,7 @@ def _check_watches(args: argparse.Namespace) -> None:
 def cmd_stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from hermes.engine.session import AnswerUpdate
+    from hermes.engine.session import StreamBound
     from hermes.serving.replay import parse_ask, replay
     from hermes.video.decoding import UntilDamage, check_start, iter_frames
 
@@ -146,11 +167,30 @@ def cmd_stream(args: argparse.Namespace) -> int:
     if session.lm.random_weights and not args.json:
         print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
     bar = tqdm(total=max(1, int(info.duration * fps) + 1), unit="frame", disable=args.json, file=sys.stderr)
-    shown = 0
     # A damaged file streams to its last good frame, the questions are answered from what was read,
     # and then its error ends the command.
     frames = UntilDamage(iter_frames(args.video, fps))
-    for event in replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens):
+    try:
+        _print_events(
+            args, replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens), bar
+        )
+    except StreamBound as bound:  # a bound of the policy (rekv's host memory): the stream stops, with the reason
+        bar.clear()
+        print(json.dumps({"event": "stopped", "note": str(bound)}) if args.json else f"\nstopped: {bound}", flush=True)
+    bar.close()
+    if args.watch and not args.json and session.chunks_seen:
+        print(session.watch_cost.summary(), file=sys.stderr)
+    if frames.damage is not None:
+        raise frames.damage
+    return 0
+
+
+def _print_events(args: argparse.Namespace, events: Iterable, bar: Any) -> None:
+    """Print the chunk, watch and answer events of a stream as they come."""
+    from hermes.engine.session import AnswerUpdate
+
+    shown = 0
+    for event in events:
         if not isinstance(event, AnswerUpdate):
             bar.update(event.frames_seen - bar.n)
             if args.json:
@@ -184,9 +224,3 @@ def cmd_stream(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 shown = 0
-    bar.close()
-    if args.watch and not args.json and session.chunks_seen:
-        print(session.watch_cost.summary(), file=sys.stderr)
-    if frames.damage is not None:
-        raise frames.damage
-    return 0

@@ -20,11 +20,13 @@ from hermes.engine.chunk import Chunk
 from hermes.engine.filtering import FilteredInputs, check_input_filter
 from hermes.engine.guidance import guidance_prompt, probe_attention
 from hermes.engine.metrics import memory_reading, now_ms
+from hermes.engine.retrieval import HostRetrieval, RetrievalCost
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import AttentionRecord, compress
 from hermes.memory.config import HermesConfig
 from hermes.memory.policies import make_policy
+from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
 
@@ -36,6 +38,10 @@ ANSWERS_KEPT = 8
 # Scratch room kept after the memory for a question and its answer, so that asking allocates
 # nothing in the common case (a longer one grows the storage once).
 QUESTION_MARGIN = 256
+
+
+class StreamBound(RuntimeError):
+    """The stream cannot take another chunk (a bound of its policy is reached), with the reason."""
 
 
 class QuestionError(ValueError):
@@ -80,6 +86,7 @@ class ChunkReport:
     # one that fired (in the same order as the fired checks).
     watches: list[WatchCheck] = field(default_factory=list)
     alerts: list[AnswerUpdate] = field(default_factory=list)
+    host_bytes: int = 0  # a retrieval policy's host store (ReKV), after this chunk
 
 
 @dataclass
@@ -96,6 +103,14 @@ class AnswerUpdate:
     frames_seen: int = 0
     frames_in_memory: int = 0
     at_s: float = 0.0
+    # A retrieval policy's part of the TTFT (similarity search and host-to-device copy, over all
+    # layers), the tokens each layer brought back, and their device bytes over all layers.
+    retrieval_ms: float | None = None
+    retrieved_tokens: int = 0
+    retrieved_bytes: int = 0
+    # The memory on the device and a retrieval policy's host store when the question was read.
+    cache_bytes: int = 0
+    host_bytes: int = 0
 
     def finished(self, tokens: int, first_ms: float, end_ms: float) -> AnswerUpdate:
         """The last update of an answer of `tokens` tokens: done, with the time per output token
@@ -120,8 +135,10 @@ class StreamingSession:
         policy: str = "hermes",
         max_question_chars: int = MAX_QUESTION_CHARS,
         params: Mapping[str, Any] | None = None,
+        host_cap_bytes: int | None = None,
     ) -> None:
         config = config or HermesConfig()
+        self.host_cap_bytes = host_cap_bytes  # a retrieval policy's host store stops the stream there
         self.max_question_chars = max_question_chars
         if config.max_positions is None:
             config = config.with_(max_positions=lm.max_positions)
@@ -155,6 +172,10 @@ class StreamingSession:
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
         if self.input_filter is not None:
             self.input_filter.reset()
+        rule = self.policy.retrieval
+        self.retrieval = (
+            None if rule is None else HostRetrieval(rule, self.memory, self.policy.name, self.host_cap_bytes)
+        )
         self.standing.rearm()
 
     # -- streaming -----------------------------------------------------------------------
@@ -173,17 +194,25 @@ class StreamingSession:
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
 
+        note = self.bound_note(inputs.num_tokens)
+        if note is not None:
+            raise StreamBound(note)
         t0 = now_ms(device)
         self.memory.discard()  # a chunk follows the memory alone, never a reader's leftovers
         compactions = self.memory.compactions
-        start = self.memory.start_position(inputs.num_tokens)  # a lazy compaction may run here
+        # A lazy compaction may run here; never for a retrieval policy (see `HostRetrieval`).
+        start = self.memory.start_position(inputs.num_tokens) if self.retrieval is None else self.next_position()
         t_lazy = now_ms(device)
         lazy = self.memory.compactions > compactions
         positions = inputs.rel_positions + start
-        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN)
+        room = 0 if self.retrieval is None else self.retrieval.room(frame_ids)
+        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + room)
         if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
             self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
-            self.memory.commit(ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches))
+            meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
+            if self.retrieval is not None:  # every frame to host memory, as computed, before the window moves on
+                self.retrieval.keep(self.memory, meta)
+            self.memory.commit(meta)
         t1 = now_ms(device)
         report, guidance_ms, reindex_ms = None, 0.0, t_lazy - t0 if lazy else 0.0
         capacity = self.policy.capacity
@@ -192,7 +221,7 @@ class StreamingSession:
             t_guided = now_ms(device)
             guidance_ms = t_guided - t1
             report = compress(self.memory, self.policy, attention)
-            if self.config.reindex == "eager":
+            if self.config.reindex == "eager" and self.retrieval is None:  # rekv keeps original positions
                 t_kept = now_ms(device)
                 self.memory.reindex()
                 reindex_ms += now_ms(device) - t_kept
@@ -215,6 +244,7 @@ class StreamingSession:
             cache_bytes=self.memory.cache_bytes(),
             video_tokens_per_layer=self.memory.video_tokens_per_layer(),
             attention=report.attention if report else (),
+            host_bytes=self.host_bytes(),
         )
         if len(self.standing):
             out.watches, out.alerts = self.check_standing()
@@ -258,6 +288,39 @@ class StreamingSession:
         p, s = self.memory.prefix_len, self.memory.slots
         return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(tiers))]
 
+    # -- a retrieval policy's host store (ReKV) ------------------------------------------
+    @property
+    def store(self) -> HostStore | None:
+        """A retrieval policy's host store of every frame; None for other policies."""
+        return None if self.retrieval is None else self.retrieval.store
+
+    @property
+    def last_retrieval(self) -> RetrievalCost | None:
+        """What the last question's retrieval cost; None for other policies."""
+        return None if self.retrieval is None else self.retrieval.last
+
+    def next_position(self) -> int:
+        """Where new tokens go: after the memory (and a retrieval policy's stored frames)."""
+        return self.memory.next_position if self.retrieval is None else self.retrieval.next_position(self.memory)
+
+    def host_bytes(self) -> int:
+        """Host memory of a retrieval policy's store; 0 for other policies."""
+        return 0 if self.store is None else self.store.nbytes()
+
+    def bound_note(self, tokens: int) -> str | None:
+        """Why a next chunk of `tokens` tokens cannot go in (a retrieval policy's host cap or
+        positions); None when it can."""
+        if self.retrieval is None:
+            return None
+        return self.retrieval.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
+
+    def _forward_question(self, ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """The model over question tokens after the memory, as scratch tokens; a retrieval policy
+        first brings back each layer's best frames (`HostRetrieval.forward`)."""
+        if self.retrieval is None:
+            return self.lm.forward(self.memory, ids, positions, **kwargs)
+        return self.retrieval.forward(self.lm, self.memory, ids, positions, **kwargs)
+
     def _guidance_ids(self) -> tuple[torch.Tensor, int]:
         """The guidance prompt's ids and the length of its global part. Tokenized again only when
         the last question and answer change, not for every chunk."""
@@ -291,6 +354,9 @@ class StreamingSession:
             token = int(logp.argmax())
             t_first = now_ms(device)
             update = self.first_update(q, logp, t_first - t0)
+            if self.last_retrieval is not None:
+                cost = self.last_retrieval
+                update.retrieval_ms, update.retrieved_tokens, update.retrieved_bytes = cost.ms, cost.tokens, cost.bytes
             generated: list[int] = []
             eos = self.lm.eos_token_ids
             while token not in eos and len(generated) < max_new_tokens:
@@ -318,6 +384,8 @@ class StreamingSession:
             frames_seen=self.frames_seen,
             frames_in_memory=self.frames_in_memory(),
             at_s=self.stream_time_s,
+            cache_bytes=self.memory.cache_bytes(),
+            host_bytes=self.host_bytes(),
         )
 
     def record_answer(self, update: AnswerUpdate) -> None:
@@ -331,8 +399,8 @@ class StreamingSession:
         """Prefill the question after the memory, as scratch tokens; log-probabilities of the first
         answer token, and the position that follows the question."""
         ids = self.lm.question_ids(question)
-        pos = self.memory.next_position
-        logits = self.lm.forward(self.memory, ids, pos + torch.arange(ids.shape[-1])[None])
+        pos = self.next_position()
+        logits = self._forward_question(ids, pos + torch.arange(ids.shape[-1])[None])
         return torch.log_softmax(logits[0, -1].float(), dim=-1), pos + ids.shape[-1]
 
     @torch.inference_mode()
@@ -358,8 +426,8 @@ class StreamingSession:
         target = torch.tensor([continuation], device=ids.device)
         n = len(continuation)
         with self.memory.scratch():
-            positions = self.memory.next_position + torch.arange(ids.shape[-1] + n)[None]
-            logits = self.lm.forward(self.memory, torch.cat([ids, target], dim=-1), positions, logits_to_keep=n + 1)
+            positions = self.next_position() + torch.arange(ids.shape[-1] + n)[None]
+            logits = self._forward_question(torch.cat([ids, target], dim=-1), positions, logits_to_keep=n + 1)
         logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # the logits before each continuation token
         return logp.gather(-1, target[0, :, None].to(logp.device))[:, 0], logp.argmax(-1).cpu() == target[0].cpu()
 
@@ -382,6 +450,7 @@ class StreamingSession:
             "frames_seen": self.frames_seen,
             "stream_time_s": self.stream_time_s,
             "cache_bytes": self.memory.cache_bytes(),
+            "host_bytes": self.host_bytes(),
             "video_tokens_per_layer": self.memory.video_tokens_per_layer(),
             "rss_bytes": mem.rss_bytes,
             "gpu_allocated_bytes": mem.gpu_allocated_bytes,

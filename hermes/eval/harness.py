@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from hermes.engine.session import QuestionError, StreamingSession
+from hermes.engine.session import QuestionError, StreamBound, StreamingSession
 from hermes.eval.finder import VideoFinder
 from hermes.eval.formats import BenchSpec
 from hermes.eval.forward import answer_forward
@@ -300,7 +300,7 @@ def run_eval(
                     record.pop("policy", None)
                     answered.add(record["qid"])
                     write(record)
-            except VideoError as exc:
+            except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
                 for item in group:
                     if item.qid not in answered:
                         write(_skip(item, str(exc)))
@@ -373,7 +373,7 @@ def _run_policies(
                 for record in _stream_video(group, path, group_items, letter_ids, settings, whole):
                     answered.add((record["policy"], record["qid"]))
                     write(record)
-            except VideoError as exc:
+            except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
                 for item in group_items:
                     for name in paths:
                         if (name, item.qid) not in answered:

@@ -55,6 +55,22 @@ class BufferLayer(CacheLayerMixin):
         self.length += n
         return self.keys, self.values
 
+    def take_columns(self, n: int) -> None:
+        """Take `n` more columns into use without writing them: the caller fills them
+        (`write_columns`) before the model reads them. Every layer must take the same number
+        before a forward pass, since transformers sizes one mask from the first layer."""
+        self.reserve(n)
+        self.length += n
+
+    def write_columns(self, at: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Write `keys` and `values` (batch, heads, n, dim) into the columns from `at`, which
+        must already be in use."""
+        n = keys.shape[-2]
+        if at < self.start or at + n > self.length:
+            raise ValueError(f"columns {at}..{at + n} are not in use ({self.start}..{self.length})")
+        self._k[..., at : at + n, :] = keys.to(self._k.device, self._k.dtype, non_blocking=True)
+        self._v[..., at : at + n, :] = values.to(self._v.device, self._v.dtype, non_blocking=True)
+
     def get_seq_length(self, *_: object) -> int:
         return self.length - self.start
 

@@ -6,10 +6,10 @@ stream ids, frames and patches, its tier, the probe attention over it) into scor
 which probe query each tier reads. Smoothing (across layers) and selection (Top-K plus the
 summary slot, or StreamMem's frame prototypes) are separate steps;
 `hermes.memory.compression.compress` runs them in order on a `HermesCache`. An input filter
-(`+dtd`) acts before the prefill, on the chunk's tokens. A question-time step (retrieval, as
-ReKV's) would be one more optional part, read where the engine prefills a question.
+(`+dtd`) acts before the prefill, on the chunk's tokens. A question-time step (ReKV's retrieval
+from a host store) is one more optional part, read where the engine prefills a question.
 
-Names: a method (`hermes`, `fifo`, `full`, `sink`, `infinipot-v`, `streammem`), optionally
+Names: a method (`hermes`, `fifo`, `full`, `sink`, `infinipot-v`, `streammem`, `rekv`), optionally
 followed by `+` and an input filter (`dtd`): `hermes+dtd`. Each method's constants live in its
 scorer's dataclass, once; `params` overrides them by `method.field` (`infinipot-v.tar_ratio`).
 """
@@ -26,6 +26,7 @@ import torch
 from hermes.memory.config import HermesConfig
 from hermes.memory.rivals.dtd import DifferentialDrop
 from hermes.memory.rivals.infinipot import TarVan
+from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
 from hermes.memory.rivals.sink import SinkWindow
 from hermes.memory.rivals.streammem import FramePrototypes, ProxyAttention
 from hermes.memory.scorer import Guidance, LayerInputs, Scorer
@@ -89,8 +90,9 @@ class MemoryPolicy:
     name: str
     scorer: Scorer | None = None
     smoothing: CrossLayerSmoothing | None = None
-    selection: TopK | FramePrototypes | None = None
+    selection: TopK | FramePrototypes | FrameWindow | None = None
     input_filter: DifferentialDrop | None = None
+    retrieval: FrameRetrieval | None = None  # the question-time step: frames brought back per question
 
     @property
     def capacity(self) -> int | None:
@@ -135,6 +137,12 @@ def _streammem(config: HermesConfig, scorer: Any) -> MemoryPolicy:
     return MemoryPolicy("streammem", scorer, None, FramePrototypes(config.budget))
 
 
+def _rekv(config: HermesConfig, scorer: Any) -> MemoryPolicy:
+    """A window of the newest whole frames on the device (the budget), every frame in host
+    memory, the question's best frames brought back per layer."""
+    return MemoryPolicy("rekv", scorer, None, FrameWindow(config.budget), retrieval=scorer)
+
+
 # Each method: its scorer's dataclass (the one home of its constants; None for `full`, which
 # scores nothing) built from the config where HERMES's own constants live, and how to compose it.
 _Builder = Callable[[HermesConfig, Any], MemoryPolicy]
@@ -145,6 +153,7 @@ METHODS: dict[str, tuple[Callable[[HermesConfig], Any] | None, _Builder]] = {
     "sink": (lambda c: SinkWindow(), _sink),
     "infinipot-v": (lambda c: TarVan(), _infinipot),
     "streammem": (lambda c: ProxyAttention(), _streammem),
+    "rekv": (lambda c: FrameRetrieval(), _rekv),
 }
 FILTERS: dict[str, Callable[[], DifferentialDrop]] = {"dtd": DifferentialDrop}
 # The names a viewer picks from: every method, and every method with each filter.

@@ -11,9 +11,12 @@ key (`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * hea
 bytes, tensors = 3 in bf16 and fp16, 2 in fp32), and a hybrid model's linear-attention layers add
 their states, whose size does not depend on the stream (0 for the other backbones),
 
-summed over the stream's caches (two in compare mode). The `full` policy has no budget: the app
-bounds it by the positions the model has left after the question margin (what the engine can hold
-at all), reserves that much, and stops a full stream when its cache reaches the bound.
+summed over the stream's caches (two in compare mode). A retrieval policy (rekv) holds its window
+and, while it answers, the frames it brings back: top_k frame blocks of at most the tokens a
+block of the largest frames the decoder hands over takes (`block_tokens_bound`). Its host store is
+counted apart, against the CPU's allowance (`host_bytes_for`, `host_memory_cap`). The `full`
+policy has no budget: the app bounds it by the positions the model has left after the question
+margin (what the engine can hold at all), reserves that much, and stops a full stream when its cache reaches the bound.
 
 A model spread over several GPUs (a device map) keeps each layer's memory on its layer's device,
 so a stream takes, on each device, its bytes times the share of layers there
@@ -29,6 +32,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import numpy as np
 import psutil
 import torch
 
@@ -37,6 +41,7 @@ from hermes.memory.config import HermesConfig
 from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM
 from hermes.serving.settings import StreamSettings
+from hermes.video.decoding import DEFAULT_MAX_SIDE
 
 MB = 1024 * 1024
 # CPU: at most this much of the cache memory by default, and never more than half the free RAM.
@@ -64,10 +69,29 @@ def full_slot_limit(lm: VideoLM, config: HermesConfig) -> int:
     return max(0, max_positions - config.position_margin - prefix_len(lm))
 
 
+def block_tokens_bound(lm: VideoLM) -> int:
+    """Tokens one frame block (a frame, or a frame pair where the model merges them) takes at most:
+    square frames of the largest side the decoder hands over, chunk extras included."""
+    n = lm.frame_multiple
+    frames = np.zeros((n, DEFAULT_MAX_SIDE, DEFAULT_MAX_SIDE, 3), dtype=np.uint8)
+    return lm.chunk_inputs(frames, 1.0).num_tokens
+
+
 def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
-    """Slots after the prefix that each layer holds once the budget is reached."""
-    capacity = make_policy(policy, config).capacity
-    return full_slot_limit(lm, config) if capacity is None else capacity
+    """Slots after the prefix that each layer holds once the budget is reached; for a retrieval
+    policy, with the frames a question brings back."""
+    made = make_policy(policy, config)
+    if made.capacity is None:
+        return full_slot_limit(lm, config)
+    room = 0 if made.retrieval is None else made.retrieval.top_k * block_tokens_bound(lm)
+    return made.capacity + room
+
+
+def host_bytes_for(settings: StreamSettings) -> int:
+    """Host memory a stream's retrieval policies may keep their frames in: each its cap."""
+    config = settings.config()
+    retrieving = sum(make_policy(p, config).retrieval is not None for p in settings.policies)
+    return retrieving * host_memory_cap(settings.host_cap_mb) if retrieving else 0
 
 
 def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: str) -> int:
@@ -118,6 +142,14 @@ def memory_cap_for(lm: VideoLM, cap_mb: float | None = None) -> int:
         return default_memory_cap(next(iter(counts)), cap_mb)
     layers = sum(counts.values())
     return min(default_memory_cap(device) * layers // n for device, n in counts.items())
+
+
+def host_memory_cap(cap_mb: float | None = None) -> int:
+    """Bytes of host memory a retrieval policy's store (rekv) may take: `cap_mb` if given, else
+    what admission control gives the CPU: DEFAULT_CPU_CAP_MB, or half the available RAM if less."""
+    if cap_mb is not None:
+        return default_memory_cap(torch.device("cpu"), cap_mb)
+    return min(DEFAULT_CPU_CAP_MB * MB, psutil.virtual_memory().available // 2)
 
 
 def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int:

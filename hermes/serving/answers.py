@@ -43,6 +43,9 @@ class AnswerEvent:
     stream_time_s: float = 0.0
     error: str | None = None
     interrupted: bool = False
+    # A retrieval policy (rekv): TTFT's retrieval part and the device bytes of the frames it brought back.
+    retrieval_ms: float | None = None
+    retrieved_bytes: int = 0
 
     @classmethod
     def from_update(cls, policy: str, update: AnswerUpdate, wait_ms: float) -> AnswerEvent:
@@ -58,6 +61,8 @@ class AnswerEvent:
             frames_in_memory=update.frames_in_memory,
             tokens=update.tokens,
             stream_time_s=update.at_s,
+            retrieval_ms=update.retrieval_ms,
+            retrieved_bytes=update.retrieved_bytes,
         )
 
 
@@ -195,6 +200,13 @@ class AnswerBatch:
         rows = []
         try:
             for policy, session in request.sessions.items():
+                if session.policy.retrieval is not None:
+                    # rekv: each layer brings back its own frames per question, so its answer cannot
+                    # share the batch's copies; it is decoded alone, at once, on this thread.
+                    for update in session.ask_stream(request.question, request.max_new_tokens):
+                        if not request.emit(policy, update):
+                            break
+                    continue
                 rows.append(self.decoder.add(session, request.question, request.max_new_tokens, (job, policy)))
         except Exception:
             for row in rows:

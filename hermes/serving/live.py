@@ -74,7 +74,7 @@ class LiveStream:
         self.chat = Chat()
         self.watchlist = Watchlist(MAX_QUESTION_CHARS)
         self.closed = False
-        self.reserved_bytes = 0
+        self.reserved_bytes = self.reserved_host_bytes = 0
         self.last_active = time.monotonic()
         self._reset(self.settings)
 
@@ -88,7 +88,7 @@ class LiveStream:
         the current ones) take effect here; an answer being decoded stops at its next token; the
         memory reserved by admission control is given back."""
         self._reset(settings or self.settings)
-        self.reserved_bytes = 0
+        self.reserved_bytes = self.reserved_host_bytes = 0
 
     def _reset(self, settings: StreamSettings) -> int:
         self._stop_feed(flush=False)
@@ -188,7 +188,7 @@ class LiveStream:
             self.closed = True
             self.life.close()
             self.chat.clear(self.life.generation)
-        self.reserved_bytes = 0
+        self.reserved_bytes = self.reserved_host_bytes = 0
         self.worker.cancel(self.key)
         self.worker.submit(self._memories.drop, Priority.CONTROL, self.key)
 

@@ -16,11 +16,11 @@ from typing import Protocol
 
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
-from hermes.engine.session import QuestionError, StreamingSession
+from hermes.engine.session import QuestionError, StreamBound, StreamingSession
 from hermes.memory.policies import parse_policy
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
-from hermes.serving.admission import full_slot_limit, policy_cache_bytes
+from hermes.serving.admission import full_slot_limit, host_memory_cap, policy_cache_bytes
 from hermes.serving.answers import AnswerEvent, AnswerRequest, AnswerTicket
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle, StreamState
@@ -52,6 +52,7 @@ class StreamMemories:
         self.generation = -1  # the stream generation the memories were built for
         self._full_limit: int | None = None  # slots per layer at which a full cache stops
         self._full: str | None = None  # the policy of that full cache
+        self._bound: str | None = None  # why a retrieval policy's memory takes no more chunks (rekv)
 
     # -- jobs --------------------------------------------------------------------------------
     def build(self, generation: int, settings: StreamSettings, watching: Callable[[], Sequence[str]]) -> None:
@@ -61,7 +62,10 @@ class StreamMemories:
             return
         config = settings.config()
         self.sessions = {}  # free the old memories before building the new ones
-        self.sessions = {p: StreamingSession(self.lm, config, policy=p) for p in settings.policies}
+        host_cap = host_memory_cap(settings.host_cap_mb)  # read by retrieval policies (rekv) only
+        self.sessions = {
+            p: StreamingSession(self.lm, config, policy=p, host_cap_bytes=host_cap) for p in settings.policies
+        }
         for session in self.sessions.values():
             session.standing.set_threshold(settings.watch_threshold)
         self.set_watching(watching())
@@ -69,6 +73,7 @@ class StreamMemories:
         self._full = next((p for p in self.sessions if parse_policy(p)[0] == "full"), None)
         self._full_limit = full_slot_limit(self.lm, config) if self._full is not None else None
         self.generation = generation
+        self._bound = None
         budget_bytes = {p: policy_cache_bytes(self.lm, config, p) for p in settings.policies}
         life.ready(generation)
         self.stream.publish(generation, lambda view: view.next(snapshots=self.snapshots(), budget_bytes=budget_bytes))
@@ -79,7 +84,11 @@ class StreamMemories:
         life = self.stream.life
         if not life.current(generation) or life.memory_failed or not self.takes(generation):
             return []
-        reports = {p: s.ingest(chunk) for p, s in self.sessions.items()}
+        try:
+            reports = {p: s.ingest(chunk) for p, s in self.sessions.items()}
+        except StreamBound as bound:  # a chunk longer than the last one passed rekv's bound after all
+            self._stop_at_bound(generation, str(bound))
+            return []
         wall_s = time.monotonic() - life.started
         reading = memory_reading(self.lm.device)
         snapshots = self.snapshots()
@@ -90,6 +99,10 @@ class StreamMemories:
         fired = sum(len(r.alerts) for r in reports.values())
         if self.at_full_limit():
             self.stream.halt(generation, StreamState.STOPPED, self.full_note(), error=False)
+        # A retrieval policy (rekv) stops before a chunk like the last one would pass its host cap.
+        notes = [s.bound_note(s.last_chunk.tokens) for s in self.sessions.values() if s.last_chunk is not None]
+        if any(notes):
+            self._stop_at_bound(generation, next(n for n in notes if n))
         return list(view.alerts[-fired:]) if view is not None and fired else []
 
     def answer(self, generation: int, ticket: AnswerTicket, max_new_tokens: int) -> AnswerRequest | None:
@@ -132,7 +145,7 @@ class StreamMemories:
 
     def takes(self, generation: int) -> bool:
         """Whether a chunk of `generation` goes in: the memories are its, and not full."""
-        return self.holds(generation) and not self.at_full_limit()
+        return self.holds(generation) and not self.at_full_limit() and self._bound is None
 
     def snapshots(self) -> dict[str, MemorySnapshot]:
         return {p: s.snapshot() for p, s in self.sessions.items()}
@@ -159,6 +172,11 @@ class StreamMemories:
         if session is None or self._full_limit is None or session.last_chunk is None:
             return False
         return session.memory.slots + session.last_chunk.tokens > self._full_limit
+
+    def _stop_at_bound(self, generation: int, note: str) -> None:
+        """Take no more chunks, and stop the stream saying why (as a full cache at its bound)."""
+        self._bound = note
+        self.stream.halt(generation, StreamState.STOPPED, f"{note} Questions still work.", error=False)
 
     def full_note(self) -> str:
         """Why a full stream stopped at its bound, for the viewer."""

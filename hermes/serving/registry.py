@@ -17,7 +17,7 @@ import threading
 import time
 
 from hermes.models.base import VideoLM
-from hermes.serving.admission import MB, Busy, cache_bytes_for, memory_cap_for
+from hermes.serving.admission import MB, Busy, cache_bytes_for, host_bytes_for, host_memory_cap, memory_cap_for
 from hermes.serving.live import LiveStream
 from hermes.serving.settings import StreamSettings
 from hermes.serving.worker import ModelWorker
@@ -75,6 +75,7 @@ class StreamRegistry:
     def admit(self, stream: LiveStream, settings: StreamSettings) -> None:
         """Reserve `stream`'s cache memory for `settings`, or raise Busy saying why not."""
         needed = cache_bytes_for(self.lm, settings)
+        host_needed = host_bytes_for(settings)
         cap = self.memory_cap_bytes
         if needed > cap:
             raise Busy(
@@ -98,7 +99,14 @@ class StreamRegistry:
                     f"memory, and this one needs {needed / MB:,.1f} MB. Try again in a minute, or lower the "
                     "budget |M|."
                 )
-            stream.reserved_bytes = needed
+            host_reserved, host_cap = sum(s.reserved_host_bytes for s in others), host_memory_cap()
+            if host_needed and host_reserved + host_needed > host_cap:
+                raise Busy(
+                    f"Busy: rekv keeps every frame in host memory; the other streams hold {host_reserved / MB:,.1f} "
+                    f"MB of the {host_cap / MB:,.1f} MB this server gives it, and this one may take "
+                    f"{host_needed / MB:,.1f} MB. Try again in a minute, or pick a policy without a host store."
+                )
+            stream.reserved_bytes, stream.reserved_host_bytes = needed, host_needed
 
     def reap_idle(self) -> None:
         now = time.monotonic()

@@ -34,9 +34,14 @@ class StreamSettings:
     max_positions: int | None = None
     # p(yes) above which a standing question fires.
     watch_threshold: float = DEFAULT_THRESHOLD
+    # Host memory a retrieval policy (rekv) may keep every frame in, in MB; the stream stops there.
+    # None: admission control's CPU allowance (`hermes.serving.admission.host_memory_cap`).
+    host_cap_mb: float | None = None
 
     def __post_init__(self) -> None:
         check_threshold(self.watch_threshold)
+        if self.host_cap_mb is not None and self.host_cap_mb <= 0:
+            raise ValueError(f"the host memory cap must be positive, got {self.host_cap_mb} MB")
         config = self.config()  # HermesConfig validates the numbers, with clear messages
         object.__setattr__(self, "policy", check_policies([self.policy], config)[0])
         compared = tuple(self.compare_policies or ())

@@ -48,6 +48,8 @@ class ChunkRecord:
     compress_ms: dict[str, float]
     rss_bytes: int
     gpu_allocated_bytes: int | None
+    # Per policy with a host store (rekv): its bytes in host memory, which grow with the stream.
+    host_bytes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ class LiveView:
             compress_ms={p: r.compress_ms for p, r in reports.items()},
             rss_bytes=reading.rss_bytes,
             gpu_allocated_bytes=reading.gpu_allocated_bytes,
+            host_bytes={p: r.host_bytes for p, r in reports.items() if r.host_bytes},
         )
         frame = thumbnail(chunk.pixels[-1])
         points, alerts = watch_records(reports, thumbnail(frame, ALERT_SIDE))
@@ -315,6 +318,7 @@ def metrics_of(
         "policies": list(view.snapshots),  # the memories side by side; the per-policy numbers below
         "frames_in_memory": dict(view.frames_in_memory),
         "cache_bytes": {p: s.cache_bytes for p, s in view.snapshots.items()},
+        "host_bytes": {} if last is None else dict(last.host_bytes),  # rekv's store of every frame
         "video_tokens_per_layer": {
             p: [int((layer.stream_ids >= 0).sum()) for layer in s.layers] for p, s in view.snapshots.items()
         },

@@ -1,0 +1,186 @@
+"""ReKV's question-time step: each layer brings back its best frames from the host store while the
+model reads the question.
+
+Before the forward pass every layer of the cache takes the same number of columns after the
+memory (transformers sizes one mask for all layers); as the pass reaches a layer, a hook reads
+that layer's question queries (before RoPE, as ReKV does), ranks the frames outside the window by
+`FrameRetrieval.rank` and writes the chosen frames' keys and values into those columns, at the
+positions they were computed at. The question's own tokens follow. The caller drops them all
+afterwards (they are scratch tokens of the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from hermes.engine.metrics import now_ms
+from hermes.memory.cache import ChunkMeta, HermesCache
+from hermes.memory.rivals.host_store import HostStore
+from hermes.memory.rivals.rekv import FrameRetrieval
+from hermes.models.base import VideoLM
+
+
+@dataclass
+class RetrievalCost:
+    """What one question's retrieval cost: the similarity search and the host-to-device copy
+    summed over layers, the tokens each layer brought back, and their bytes over all layers."""
+
+    ms: float = 0.0
+    tokens: int = 0
+    bytes: int = 0
+    frames: dict[int, list[int]] = field(default_factory=dict)  # per layer, the frames brought back
+
+
+def candidate_blocks(memory: HermesCache, store: HostStore) -> torch.Tensor:
+    """The store's frame blocks whose frame is no longer in the window: the frames still there are
+    attended to as they are, and a key held twice would count twice."""
+    window = memory.layers[0].frames.unique()
+    return (~torch.isin(store.block_frame, window)).nonzero().squeeze(1)
+
+
+class FrameRetriever:
+    """Context manager around one forward pass over a question: brings `tokens` tokens of each
+    layer's best frames among `candidates` (store blocks) into the columns after the memory."""
+
+    def __init__(
+        self,
+        attention_modules: Sequence[torch.nn.Module],
+        memory: HermesCache,
+        store: HostStore,
+        rule: FrameRetrieval,
+        candidates: torch.Tensor,
+        tokens: int,
+    ) -> None:
+        self.modules = attention_modules
+        self.memory = memory
+        self.store = store
+        self.rule = rule
+        self.candidates = candidates
+        self.lengths = store.block_length[candidates]
+        self.tokens = tokens
+        self.cost = RetrievalCost(tokens=tokens)
+        self._handles: list = []
+
+    def __enter__(self) -> FrameRetriever:
+        at = self.memory.prefix_len + self.memory.slots
+        for layer in self.memory.layers:
+            layer.take_columns(self.tokens)
+        for module in self.modules:
+            self._handles.append(module.register_forward_pre_hook(self._hook(at), with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _hook(self, at: int):
+        def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            device = hidden.device
+            t0 = now_ms(device)
+            q = module.q_proj(hidden).view(*hidden.shape[:2], -1, module.head_dim)
+            if getattr(module, "q_norm", None) is not None:  # Qwen3 normalises each head's query before RoPE
+                q = module.q_norm(q)
+            query = q[0].float().mean(dim=0).flatten().cpu()  # (heads x dim): the question's mean query
+            layer = module.layer_idx
+            keys = self.store.mean_keys(layer, q.shape[2])[self.candidates]
+            order = self.rule.rank(query, keys)
+            picks = [(int(self.candidates[i]), n) for i, n in self.rule.take(order, self.lengths, self.tokens)]
+            k, v = self.store.gather(layer, picks)
+            self.memory.layers[layer].write_columns(at, k, v)
+            self.cost.frames[layer] = [int(self.store.block_frame[b]) for b, _ in picks]
+            self.cost.bytes += k.nbytes + v.nbytes
+            self.cost.ms += now_ms(device) - t0
+
+        return hook
+
+
+class HostRetrieval:
+    """A retrieval policy's side of a session (ReKV): the host store of every frame and its cap,
+    the device room its questions take, and the question's forward with the frames brought back.
+
+    Positions are never compacted: frames come back at the positions they were computed at, so the
+    stream ends when positions run out, as it ends at the host memory cap (`bound_note`)."""
+
+    def __init__(self, rule: FrameRetrieval, memory: HermesCache, name: str, cap_bytes: int | None) -> None:
+        self.rule = rule
+        self.name = name
+        self.cap_bytes = cap_bytes
+        self.store = HostStore(memory.rope)
+        self.last: RetrievalCost | None = None  # the last question's
+
+    def next_position(self, memory: HermesCache) -> int:
+        """Where new tokens go: after the window and after every frame of the store (the window
+        may hold none of them)."""
+        return max(memory.next_position, self.store.next_position)
+
+    def room(self, frames: torch.Tensor) -> int:
+        """Device columns a question may bring back: top_k frame blocks as long as the longest of
+        `frames` (a chunk's), reserved with the chunk so that asking allocates nothing."""
+        if frames.numel() == 0:
+            return 0
+        _, counts = torch.unique_consecutive(frames, return_counts=True)
+        return self.rule.top_k * int(counts.max())
+
+    def keep(self, memory: HermesCache, meta: ChunkMeta) -> None:
+        """Copy the chunk `meta` describes, just written after the memory, into the host store."""
+        end, n = memory.get_seq_length(), len(meta)
+        self.store.add(
+            [(k[..., end - n :, :], v[..., end - n :, :]) for k, v in memory.kv()], meta.frames, meta.positions
+        )
+
+    def bound_note(self, memory: HermesCache, tokens: int, frames: int, frames_seen: int) -> str | None:
+        """Why a next chunk of `tokens` tokens in `frames` frames cannot go in: it would pass the
+        host memory cap, or the positions the model has; None when it can."""
+        if (
+            self.cap_bytes is not None
+            and self.store.nbytes() + self._bytes_for(memory, tokens, frames) > self.cap_bytes
+        ):
+            return (
+                f"The host store reached its cap ({self.cap_bytes / 2**20:,.1f} MB): {self.name} keeps every frame's "
+                f"keys and values in host memory, so the stream stops here ({frames_seen:,} frames, "
+                f"{self.store.nbytes() / 2**20:,.1f} MB held)."
+            )
+        config = memory.config
+        limit = config.max_positions
+        if limit is not None and self.next_position(memory) + tokens + config.position_margin > limit:
+            return (
+                f"{self.name} keeps every frame at the position it was computed at (frames come back from host "
+                f"memory unrotated), so the stream stops when the model's {limit:,} positions run out "
+                f"({frames_seen:,} frames)."
+            )
+        return None
+
+    @staticmethod
+    def _bytes_for(memory: HermesCache, tokens: int, frames: int) -> int:
+        """Host bytes `tokens` tokens in `frames` frame blocks add to the store: key and value in
+        every layer, and one fp32 mean key per block and layer."""
+        k = memory.layers[0].keys
+        per_layer_head = k.shape[1] * k.shape[-1]
+        return len(memory.layers) * per_layer_head * (2 * tokens * k.element_size() + 4 * frames)
+
+    def forward(
+        self,
+        lm: VideoLM,
+        memory: HermesCache,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        """`lm` over question tokens after the memory (scratch tokens), each layer first bringing
+        back its best frames that have left the window (`FrameRetriever`); the cost in `last`."""
+        candidates = candidate_blocks(memory, self.store)
+        if candidates.numel() == 0:  # every frame is still in the window
+            self.last = RetrievalCost()
+            return lm.forward(memory, ids, positions, **kwargs)
+        tokens = self.rule.tokens_to_bring(self.store.block_length[candidates], self.rule.top_k)
+        memory.reserve(tokens + ids.shape[-1])
+        with FrameRetriever(lm.attention_modules(), memory, self.store, self.rule, candidates, tokens) as retriever:
+            logits = lm.forward(memory, ids, positions, **kwargs)
+        self.last = retriever.cost
+        return logits
