@@ -86,7 +86,7 @@ def test_every_frame_brought_back_equals_the_full_cache(lm):
     assert 0 < every.memory.slots < tokens
     got = every.first_token_logprobs(QUESTION)
     held = set(every.store.block_frame.tolist())
-    window = set(every.memory.layers[0].frames.tolist())
+    window = set(every.memory.kv_layers[0].frames.tolist())
     assert all(set(f) | window == held for f in every.last_retrieval.frames.values())
     assert (got - expected).abs().max() < 1e-4
     # One frame fewer brought back is a different answer: the check above can fail.
@@ -105,7 +105,10 @@ def test_each_layer_brings_back_the_frame_nearest_its_own_question_query(lm):
     def capture(layer):
         def hook(module, args, kwargs):
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            q = module.q_proj(hidden).view(*hidden.shape[:2], -1, module.head_dim)
+            q = module.q_proj(hidden)
+            if q.shape[-1] == 2 * module.o_proj.in_features:  # Qwen3.5 gates each head: its query half
+                q = q.view(*hidden.shape[:2], -1, 2 * module.head_dim)[..., : module.head_dim]
+            q = q.reshape(*hidden.shape[:2], -1, module.head_dim)
             q = module.q_norm(q) if getattr(module, "q_norm", None) is not None else q
             heads[layer] = q[0].float().mean(0)  # (heads, dim), before RoPE
 
@@ -129,7 +132,8 @@ def test_each_layer_brings_back_the_frame_nearest_its_own_question_query(lm):
             mean = plain[:, start : start + n].mean(1).repeat_interleave(query.shape[0] // plain.shape[0], 0)
             sims.append(torch.nn.functional.cosine_similarity(mean.flatten(), query.flatten(), dim=0))
         best = int(torch.stack(sims).argmax())
-        assert s.last_retrieval.frames[layer] == [int(store.block_frame[best])], layer
+        # The store counts key-value layers; the retrieval names each by its decoder layer.
+        assert s.last_retrieval.frames[modules[layer].layer_idx] == [int(store.block_frame[best])], layer
 
 
 def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alone(lm):
@@ -138,8 +142,8 @@ def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alon
     s = _session(lm, "rekv", budget=window, params={"rekv.top_k": 2})
     c = lm.text_config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * lm.dtype.itemsize
-    per_block = c.num_hidden_layers * c.num_key_value_heads * head_dim * 4
+    per_token = len(s.memory.kv_layers) * 2 * c.num_key_value_heads * head_dim * lm.dtype.itemsize
+    per_block = len(s.memory.kv_layers) * c.num_key_value_heads * head_dim * 4
     device, storage = set(), set()
     for i in range(5):
         kv, index, blocks = s.store.kv_bytes(), s.store.index_bytes(), len(s.store)
@@ -156,7 +160,7 @@ def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alon
             device.add(s.memory.cache_bytes())
             storage.add(tuple(s.memory.storage()))
     assert len(device) == 1 and len(storage) == 1
-    assert s.memory.slots <= window and len(s.store) > len(s.memory.layers[0].frames.unique())
+    assert s.memory.slots <= window and len(s.store) > len(s.memory.kv_layers[0].frames.unique())
 
 
 def test_the_host_cap_and_the_positions_stop_the_stream(llava_lm):
@@ -288,7 +292,7 @@ def test_eager_reindexing_never_moves_rekv_positions(llava_lm):
     s = StreamingSession(llava_lm, config, policy="rekv")
     for i in range(3):
         s.ingest(random_chunk(i, 2))
-    layer = s.memory.layers[0]
+    layer = s.memory.kv_layers[0]
     held = [
         (b, int(s.store.block_length[b])) for b in range(len(s.store)) if int(s.store.block_frame[b]) in layer.frames
     ]

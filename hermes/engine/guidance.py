@@ -133,14 +133,8 @@ class AttentionProbe:
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             cos, sin = kwargs["position_embeddings"]
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
-            batch, n_new, _ = hidden.shape
-            q = module.q_proj(hidden)
-            if q.shape[-1] == 2 * module.o_proj.in_features:  # Qwen3.5: each head's query, then its gate
-                q = q.view(batch, n_new, -1, 2 * module.head_dim)[..., : module.head_dim]
-            q = q.reshape(batch, n_new, -1, module.head_dim)
-            if getattr(module, "q_norm", None) is not None:  # Qwen3 normalises each head's query before RoPE
-                q = module.q_norm(q)
-            q = q.transpose(1, 2)
+            n_new = hidden.shape[1]
+            q = head_queries(module, hidden).transpose(1, 2)
             rotary = cos.shape[-1]  # partial rotary (Qwen3.5): the first channels turn, the rest pass
             q_rot, _ = apply_rotary_pos_emb(q[..., :rotary], q[..., :rotary], cos, sin)
             q = torch.cat([q_rot, q[..., rotary:]], dim=-1)
@@ -155,6 +149,20 @@ class AttentionProbe:
                 raise _ProbeDone
 
         return hook
+
+
+def head_queries(module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """An attention module's queries of `hidden` before RoPE, (batch, tokens, heads, head_dim): the
+    query half only where q_proj also gives each head an output gate (Qwen3.5), normalised where
+    the model normalises each head's query (Qwen3)."""
+    batch, n_new, _ = hidden.shape
+    q = module.q_proj(hidden)
+    if q.shape[-1] == 2 * module.o_proj.in_features:  # Qwen3.5: each head's query, then its gate
+        q = q.view(batch, n_new, -1, 2 * module.head_dim)[..., : module.head_dim]
+    q = q.reshape(batch, n_new, -1, module.head_dim)
+    if getattr(module, "q_norm", None) is not None:
+        q = module.q_norm(q)
+    return q
 
 
 def probe_attention(

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from hermes.engine.guidance import head_queries
 from hermes.engine.metrics import now_ms
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.rivals.host_store import HostStore
@@ -38,7 +39,7 @@ class RetrievalCost:
 def candidate_blocks(memory: HermesCache, store: HostStore) -> torch.Tensor:
     """The store's frame blocks whose frame is no longer in the window: the frames still there are
     attended to as they are, and a key held twice would count twice."""
-    window = memory.layers[0].frames.unique()
+    window = memory.kv_layers[0].frames.unique()
     return (~torch.isin(store.block_frame, window)).nonzero().squeeze(1)
 
 
@@ -67,7 +68,7 @@ class FrameRetriever:
 
     def __enter__(self) -> FrameRetriever:
         at = self.memory.prefix_len + self.memory.slots
-        for layer in self.memory.layers:
+        for layer in self.memory.kv_layers:
             layer.take_columns(self.tokens)
         for module in self.modules:
             self._handles.append(module.register_forward_pre_hook(self._hook(at), with_kwargs=True))
@@ -83,15 +84,13 @@ class FrameRetriever:
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             device = hidden.device
             t0 = now_ms(device)
-            q = module.q_proj(hidden).view(*hidden.shape[:2], -1, module.head_dim)
-            if getattr(module, "q_norm", None) is not None:  # Qwen3 normalises each head's query before RoPE
-                q = module.q_norm(q)
+            q = head_queries(module, hidden)
             query = q[0].float().mean(dim=0).flatten().cpu()  # (heads x dim): the question's mean query
-            layer = module.layer_idx
-            keys = self.store.mean_keys(layer, q.shape[2])[self.candidates]
+            layer = module.layer_idx  # the decoder layer; the store counts key-value layers only
+            keys = self.store.mean_keys(self.memory.kv_layer_indices.index(layer), q.shape[2])[self.candidates]
             order = self.rule.rank(query, keys)
             picks = [(int(self.candidates[i]), n) for i, n in self.rule.take(order, self.lengths, self.tokens)]
-            k, v = self.store.gather(layer, picks)
+            k, v = self.store.gather(self.memory.kv_layer_indices.index(layer), picks)
             self.memory.layers[layer].write_columns(at, k, v)
             self.cost.frames[layer] = [int(self.store.block_frame[b]) for b, _ in picks]
             self.cost.bytes += k.nbytes + v.nbytes
@@ -160,9 +159,9 @@ class HostRetrieval:
     def _bytes_for(memory: HermesCache, tokens: int, frames: int) -> int:
         """Host bytes `tokens` tokens in `frames` frame blocks add to the store: key and value in
         every layer, and one fp32 mean key per block and layer."""
-        k = memory.layers[0].keys
+        k = memory.kv_layers[0].keys
         per_layer_head = k.shape[1] * k.shape[-1]
-        return len(memory.layers) * per_layer_head * (2 * tokens * k.element_size() + 4 * frames)
+        return len(memory.kv_layers) * per_layer_head * (2 * tokens * k.element_size() + 4 * frames)
 
     def forward(
         self,
