@@ -56,7 +56,7 @@ def test_the_webcam_streams_into_the_memory_and_stops_with_the_recording(camera_
     page.click("#watch")
     page.wait_for_function("() => document.querySelector('#watching input').value === 'Is anything moving?'")
     page.get_by_text("Settings (applied at the next Start or Reset)").click()
-    page.get_by_label("Compare HERMES and FIFO side by side (two caches)").check()
+    page.get_by_label("Compare policies side by side (one cache each)").check()  # HERMES and FIFO by default
 
     page.get_by_role("tab", name="Webcam").click()
     page.get_by_text("Click to Access Webcam").click()
