@@ -140,3 +140,42 @@ def test_bench_table_against_hermes_from_made_up_points():
     assert rows["hermes+dtd"].endswith("| 300 (75%) |")
     assert "out of memory" in rows["full"]
     assert rivals_table(BenchResult(meta, [point("fifo", 1, 1, 1, 1, 1, 0)])) == []  # no HERMES to compare with
+
+
+def test_bench_holds_the_rivals_to_their_targets():
+    """A budgeted rival's TTFT over HERMES's at 512 frames (<= 1.2), the share +dtd drops on a static
+    clip (>= 0.5) and its ingest over the plain policy's (> 1), from made-up points."""
+    from hermes.bench.report import headline
+    from hermes.bench.run import BenchResult, Point
+
+    def point(policy: str, ttft: float, seconds: float, tokens: int = 400, dropped: int = 0) -> Point:
+        return Point(
+            policy,
+            512,
+            ttft_ms=[ttft],
+            prefill_ms=[1000 * seconds],
+            compress_ms=[0.0],
+            guidance_ms=[0.0],
+            evicted=[0],
+            tokens=[tokens],
+            dropped=[dropped],
+            ingested_frames=8,
+        )
+
+    points = [
+        point("hermes", 10.0, 1.0),
+        point("sink", 11.0, 0.5),
+        point("streammem", 13.0, 1.0),
+        point("hermes+dtd", 5.0, 0.25, tokens=100, dropped=300),
+    ]
+    for static in (True, False):
+        meta = {"tokens_per_frame": 196.0, "budget": 4096, "chunk_frames": 4, "device_type": "cpu"}
+        meta["static_frames"] = static
+        lines = {h["name"]: h for h in headline(BenchResult(meta, points))}
+        assert lines["sink TTFT / hermes TTFT at 512 frames"]["met"] is True  # 1.1x
+        assert lines["streammem TTFT / hermes TTFT at 512 frames"]["met"] is False  # 1.3x
+        ingest = lines["hermes+dtd ingest frames/s / hermes's"]
+        assert ingest["value"] == pytest.approx(4.0) and ingest["met"] is True  # 8 frames in 0.25 s against 1 s
+        (dropped,) = [h for name, h in lines.items() if name.startswith("hermes+dtd tokens dropped")]
+        assert dropped["value"] == pytest.approx(0.75)
+        assert dropped["met"] is (True if static else None)  # random frames are shown, not held to it

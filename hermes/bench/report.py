@@ -25,7 +25,7 @@ class Target:
     def met(self, value: float | list) -> bool:
         if self.op == "identical":
             return len(set(value)) == 1
-        return value <= self.bound if self.op == "<=" else value >= self.bound
+        return {"<=": value <= self.bound, ">=": value >= self.bound, ">": value > self.bound}[self.op]
 
     def __str__(self) -> str:
         text = self.op if self.bound is None else f"{self.op} {self.bound:g}"
@@ -41,7 +41,13 @@ TARGETS: dict[str, Target] = {
     # Frames per second of wall time that prefill plus compression keep up with, by device type.
     "ingest_cpu": Target(">=", 1.0, "the 0.5B shapes on a 2-core CPU, 16-frame chunks"),
     "ingest_cuda": Target(">=", 30.0, "the 7B shapes on one GPU, 16-frame chunks"),
+    # The rivals beside HERMES: a budgeted rival answers about as fast; an input filter earns its keep.
+    "rival_ttft": Target("<=", 1.2, "a budgeted policy's TTFT over HERMES's, at 512 frames"),
+    "dtd_dropped": Target(">=", 0.5, "the share of tokens +dtd drops on a static clip"),
+    "dtd_ingest": Target(">", 1.0, "ingest frames/s with +dtd over without"),
 }
+# Policies held to rival_ttft: those that answer from a device cache kept at the budget.
+BUDGETED_RIVALS = ("fifo", "sink", "infinipot-v", "streammem")
 # The frame count at which the full cache is held to its target.
 FULL_TARGET_FRAMES = 512
 
@@ -114,8 +120,47 @@ def headlines(result: BenchResult) -> list[Headline]:
         out.append(
             Headline(name, sorted(set(sizes.values())), ", ".join(f"{v:,}" for v in sizes.values()), "cache_constant")
         )
-    out += [_compression(result), _ingest(result)]
+    out += [_compression(result), _ingest(result), *_rivals(result)]
     return [h for h in out if h is not None]
+
+
+def _rivals(result: BenchResult) -> list[Headline]:
+    """Each budgeted rival's TTFT over HERMES's at 512 frames; for each X+dtd, the share of tokens
+    dropped (held to its target on a static clip only) and its ingest frames/s over X's."""
+    out = []
+    hermes = _median(result.point("hermes", FULL_TARGET_FRAMES))
+    policies = list(dict.fromkeys(p.policy for p in result.points))
+    for policy in policies:
+        base = policy.split("+")[0]
+        if base in BUDGETED_RIVALS and hermes:
+            ttft = _median(result.point(policy, FULL_TARGET_FRAMES))
+            if ttft is not None:
+                name = f"{policy} TTFT / hermes TTFT at {FULL_TARGET_FRAMES} frames"
+                out.append(
+                    Headline(
+                        name, ttft / hermes, f"{ttft:.2f} ms / {hermes:.2f} ms = {ttft / hermes:.2f}x", "rival_ttft"
+                    )
+                )
+        if policy.endswith("+dtd"):
+            points = [p for p in result.points if p.policy == policy and p.status == OK]
+            encoded = sum(sum(p.tokens) + sum(p.dropped) for p in points)
+            if encoded:
+                share = sum(sum(p.dropped) for p in points) / encoded
+                static = bool(result.meta.get("static_frames"))
+                clip = "a static clip" if static else "random frames, not held to the target"
+                out.append(Headline(f"{policy} tokens dropped ({clip})", share, f"{share:.0%}", "dtd_dropped", static))
+            with_dtd, without = _ingest_fps(result, policy), _ingest_fps(result, base)
+            if with_dtd and without:
+                text = f"{with_dtd:.2f} / {without:.2f} frames/s = {with_dtd / without:.2f}x"
+                out.append(Headline(f"{policy} ingest frames/s / {base}'s", with_dtd / without, text, "dtd_ingest"))
+    return out
+
+
+def _ingest_fps(result: BenchResult, policy: str) -> float | None:
+    """Frames over prefill and compression seconds, over every measured point of `policy`."""
+    points = [p for p in result.points if p.policy == policy and p.status == OK]
+    seconds = sum(sum(p.prefill_ms) + sum(p.compress_ms) for p in points) / 1000
+    return sum(p.ingested_frames for p in points) / seconds if points and seconds > 0 else None
 
 
 def _compression(result: BenchResult) -> Headline | None:
@@ -142,11 +187,9 @@ def _compression(result: BenchResult) -> Headline | None:
 def _ingest(result: BenchResult) -> Headline | None:
     meta = result.meta
     target = f"ingest_{meta.get('device_type')}"
-    hermes = [p for p in result.points if p.policy == "hermes" and p.status == OK]
-    seconds = sum(sum(p.prefill_ms) + sum(p.compress_ms) for p in hermes) / 1000
-    if seconds <= 0 or target not in TARGETS:
+    fps = _ingest_fps(result, "hermes")
+    if fps is None or target not in TARGETS:
         return None
-    fps = sum(p.ingested_frames for p in hermes) / seconds
     name = f"hermes ingest frames/s (prefill + compression, chunks of {meta['chunk_frames']} frames)"
     return Headline(name, fps, f"{fps:.2f} frames/s", target)
 
