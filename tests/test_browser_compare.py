@@ -82,3 +82,47 @@ def test_compare_through_the_api_reports_metrics_per_policy_and_refuses_bad_choi
         assert client.predict(api_name="/metrics")["frames_seen"] >= before
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def rekv_url(llava_lm):
+    """An app whose default Compare is HERMES against ReKV (the choosing is tested above)."""
+    settings = StreamSettings(budget=300, chunk_frames=2, fps=1.0, compare=True, compare_policies=("hermes", "rekv"))
+    address, demo, registry = serve(llava_lm, settings)
+    yield address
+    demo.close()
+    registry.shutdown()
+
+
+def test_compare_hermes_against_rekv_shows_both_answers_and_rekv_host_memory_growing(browser, rekv_url, tmp_path):  # noqa: F811
+    page, errors = _open(browser, rekv_url, viewport={"width": 1400, "height": 1100})
+    page.get_by_label("max", exact=True).check()
+    page.click("#start-sample")
+    # Enough chunks that ReKV's window (300 tokens: a frame or so) has let frames go to host memory.
+    page.wait_for_function(
+        "() => { const m = /([0-9]+) seen by the model/.exec(document.querySelector('#status').innerText);"
+        " return m && Number(m[1]) >= 8; }",
+        timeout=TIMEOUT_MS,
+    )
+    page.fill("#question textarea", "What is in the picture?")
+    page.click("#ask")
+    page.wait_for_function(
+        "() => (document.querySelector('#chat').innerText.match(/TTFT/g) || []).length >= 2", timeout=TIMEOUT_MS
+    )
+    chat = page.inner_text("#chat")
+    assert LABELS["hermes"] in chat and LABELS["rekv"] in chat, chat
+    # The memory plot: ReKV's host memory is its own line and grows; HERMES's cache stays flat past its budget.
+    traces = page.wait_for_function(
+        """() => { const plot = document.querySelector('#performance .js-plotly-plot');
+            if (!plot || !plot.data) return null;
+            const byName = Object.fromEntries(plot.data.map(t => [t.name, Array.from(t.y || [])]));
+            const host = byName['ReKV host memory'];
+            return host && host.length >= 4 ? byName : null; }""",
+        timeout=TIMEOUT_MS,
+    ).json_value()
+    host, hermes = traces["ReKV host memory"], traces["HERMES cache"]
+    assert host[-1] > host[len(host) // 2] > 0, host
+    assert hermes[-1] == hermes[-2] == hermes[-3], hermes
+    page.screenshot(path=str(tmp_path / "compare_rekv.png"), full_page=True)
+    assert errors == [], f"browser console errors: {errors}"
+    page.close()
