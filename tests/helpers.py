@@ -126,3 +126,19 @@ def streamed(stream: LiveStream, clip: Path, **kw) -> LiveStream:
     assert wait_for(lambda: stream.status().state == "finished" and not stream.status().queued_chunks, 60)
     assert stream.worker.wait_idle(stream.key, 60)
     return stream
+
+
+def qwen_frames(n: int, seed: int = 0, size: int = 224) -> np.ndarray:
+    """`n` random frames. At 224 x 224 a frame pair fills the tiny Qwen processors' minimum pixel
+    volume, so neither a 2-frame chunk nor a whole short video is resized: both see the frames at
+    the same resolution."""
+    return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def pair_chunks(frames: np.ndarray, fps: float = 1.0) -> list[Chunk]:
+    """`frames` as chunks of one frame pair each (Qwen merges frame pairs), at `fps`."""
+    out = []
+    for i in range(0, len(frames), 2):
+        idx = np.arange(i, i + 2)
+        out.append(Chunk(frames[i : i + 2], idx / fps, idx, idx, chunk_index=i // 2))
+    return out

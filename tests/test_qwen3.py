@@ -10,29 +10,15 @@ import pytest
 import torch
 
 from hermes.cli.main import main
-from hermes.engine.chunk import Chunk
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models import tiny
 from hermes.models.base import rotary_channel_axes
+from tests.helpers import pair_chunks, qwen_frames
 
 FPS = 1.0
 PAIRS = 3  # chunks of one frame pair each
 QUESTION = "What is happening?"
-
-
-def _frames(n: int, seed: int = 0, size: int = 224) -> np.ndarray:
-    # 224 x 224: two frames fill the tiny processor's minimum pixel volume, so neither a 2-frame
-    # chunk nor the whole 6-frame video is resized: both see the frames at the same resolution.
-    return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
-
-
-def _chunks(frames: np.ndarray) -> list[Chunk]:
-    out = []
-    for i in range(0, len(frames), 2):
-        idx = np.arange(i, i + 2)
-        out.append(Chunk(frames[i : i + 2], idx / FPS, idx, idx, chunk_index=i // 2))
-    return out
 
 
 def test_rope_spec_is_read_from_the_rotary_module(qwen3_lm, qwen_lm):
@@ -51,7 +37,7 @@ def test_chunks_match_transformers_on_the_whole_video(qwen3_lm):
     """Chunk by chunk, the tokens (timestamps included), the 3D positions, the DeepStack inputs and
     the answer's first-token log-probabilities are those transformers builds for the whole video."""
     lm = qwen3_lm
-    frames = _frames(2 * PAIRS)
+    frames = qwen_frames(2 * PAIRS)
     session = StreamingSession(lm, HermesConfig(budget=100_000, chunk_frames=2, fps=FPS), policy="full")
     language_model = lm.model.model.language_model
     captured: list[dict] = []
@@ -62,7 +48,7 @@ def test_chunks_match_transformers_on_the_whole_video(qwen3_lm):
     handle = language_model.register_forward_pre_hook(grab, with_kwargs=True)
     try:
         chunk_ids, chunk_deepstack = [], []
-        for chunk in _chunks(frames):
+        for chunk in pair_chunks(frames):
             captured.clear()
             inputs = lm.chunk_inputs(chunk.pixels, FPS, chunk.timestamps)
             session.ingest(chunk)
@@ -118,7 +104,7 @@ def test_chunks_match_transformers_on_the_whole_video(qwen3_lm):
 def test_deepstack_matters(qwen3_lm):
     """The control: without the DeepStack features the prefill gives another memory."""
     lm = qwen3_lm
-    chunk = _chunks(_frames(2, seed=3))[0]
+    chunk = pair_chunks(qwen_frames(2, seed=3))[0]
     language_model = lm.model.model.language_model
 
     def drop(module, args, kwargs):
@@ -139,7 +125,7 @@ def test_deepstack_matters(qwen3_lm):
 def test_frames_and_timestamps_of_a_padded_chunk(qwen3_lm):
     """An odd chunk repeats its last frame (and time): every token maps to a real frame."""
     lm = qwen3_lm
-    frames = _frames(3, seed=4, size=64)
+    frames = qwen_frames(3, seed=4, size=64)
     inputs = lm.chunk_inputs(np.concatenate([frames, frames[-1:]]), FPS, np.array([10.0, 11.0, 12.0]))
     text = lm.tokenizer.decode(inputs.input_ids[0], skip_special_tokens=False)
     assert text.startswith("<10.5 seconds><|vision_start|>") and "<12.0 seconds><|vision_start|>" in text
@@ -164,7 +150,7 @@ def test_eager_reindexing_gives_the_models_own_keys(qwen3_lm):
     raw: dict[int, torch.Tensor] = {}  # stream id -> the key before RoPE
     handle = attn.register_forward_pre_hook(grab, with_kwargs=True)
     try:
-        for chunk in _chunks(_frames(10, seed=5, size=64)):
+        for chunk in pair_chunks(qwen_frames(10, seed=5, size=64)):
             calls.clear()
             first = session.memory.tokens_seen
             report = session.ingest(chunk)

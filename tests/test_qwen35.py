@@ -8,7 +8,6 @@ import pytest
 import torch
 from transformers.models.qwen3_5.modeling_qwen3_5 import apply_rotary_pos_emb
 
-from hermes.engine.chunk import Chunk
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec, rotate_keys
@@ -16,29 +15,15 @@ from hermes.models import tiny
 from hermes.models.loading import ADAPTERS, ModelLoadError, load_video_lm
 from hermes.models.qwen3_5 import ANSWER_OPENING
 from hermes.models.random7b import parameter_count, random_config
-from tests.helpers import assert_same_memory, generate_on_cache, memory_state
+from tests.helpers import assert_same_memory, generate_on_cache, memory_state, pair_chunks, qwen_frames
 
 FPS = 1.0
 QUESTION = "What is happening?"
 
 
-def _frames(n: int, seed: int = 0, size: int = 224) -> np.ndarray:
-    # 224 x 224: a frame pair fills the tiny processor's minimum pixel volume, so a chunk and the
-    # whole video are processed at the same resolution (as in tests/test_qwen3.py).
-    return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
-
-
-def _chunks(frames: np.ndarray) -> list[Chunk]:
-    out = []
-    for i in range(0, len(frames), 2):
-        idx = np.arange(i, i + 2)
-        out.append(Chunk(frames[i : i + 2], idx / FPS, idx, idx, chunk_index=i // 2))
-    return out
-
-
 def _stream(lm, policy: str, budget: int, frames: np.ndarray) -> StreamingSession:
     session = StreamingSession(lm, HermesConfig(budget=budget, chunk_frames=2, fps=FPS), policy=policy)
-    for chunk in _chunks(frames):
+    for chunk in pair_chunks(frames):
         session.ingest(chunk)
     return session
 
@@ -47,7 +32,7 @@ def _stream(lm, policy: str, budget: int, frames: np.ndarray) -> StreamingSessio
 def test_the_memory_has_a_hermes_layer_per_attention_layer_and_a_state_per_linear_one(qwen35_lm):
     lm = qwen35_lm
     assert lm.num_layers == 12 and lm.linear_layers == [0, 1, 2, 4, 5, 6, 8, 9, 10] and lm.kv_layers == 3
-    session = _stream(lm, "hermes", 100, _frames(4, seed=1, size=64))
+    session = _stream(lm, "hermes", 100, qwen_frames(4, seed=1, size=64))
     memory = session.memory
     assert memory.kv_layer_indices == [3, 7, 11] and len(memory.state_layers) == 9
     assert [t.value for t in memory.tiers.tiers] == ["sensory", "working", "long-term"]
@@ -136,7 +121,7 @@ def test_hermes_below_its_budget_answers_as_full_and_as_one_pass(qwen35_lm):
     """Chunk by chunk, with the linear-attention states carried from chunk to chunk, the first answer
     token's log-probabilities equal `full`'s and those of transformers' one pass over the same tokens."""
     lm = qwen35_lm
-    frames = _frames(6, seed=2)
+    frames = qwen_frames(6, seed=2)
     hermes = _stream(lm, "hermes", 100_000, frames)
     full = _stream(lm, "full", 100_000, frames)
     logp = hermes.first_token_logprobs(QUESTION)
@@ -164,7 +149,7 @@ def test_the_states_carry_the_stream(qwen35_lm):
     """The control of the test above: a memory whose linear-attention states are zeroed (keys and
     values kept) answers otherwise, so the states really carry the stream."""
     lm = qwen35_lm
-    session = _stream(lm, "full", 100_000, _frames(4, seed=3, size=64))
+    session = _stream(lm, "full", 100_000, qwen_frames(4, seed=3, size=64))
     logp = session.first_token_logprobs(QUESTION)
     for layer in session.memory.state_layers:
         for t in (*layer.states().values(), *layer._saved.values()):
@@ -176,7 +161,7 @@ def test_past_the_budget_bytes_are_flat_and_questions_leave_everything_bit_ident
     lm = qwen35_lm
     session = StreamingSession(lm, HermesConfig(budget=80, chunk_frames=2, fps=FPS))
     session.standing.add("Is there a red ball?")
-    reports = [session.ingest(chunk) for chunk in _chunks(_frames(12, seed=4, size=64))]
+    reports = [session.ingest(chunk) for chunk in pair_chunks(qwen_frames(12, seed=4, size=64))]
     past = [r for r in reports if r.evicted]
     assert len(past) >= 3 and all(r.watches for r in past)  # standing checks ran after every chunk
     assert len({r.cache_bytes for r in past}) == 1
@@ -195,7 +180,7 @@ def test_past_the_budget_bytes_are_flat_and_questions_leave_everything_bit_ident
     session.guidance_attention()
     session.check_standing()
     assert_same_memory(before, session.memory)
-    session.ingest(_chunks(_frames(2, seed=5, size=64))[0])
+    session.ingest(pair_chunks(qwen_frames(2, seed=5, size=64))[0])
     assert session.memory.storage() == storage  # a chunk past the budget allocates nothing
 
 
