@@ -313,3 +313,22 @@ def test_webcam_frames_of_any_size_make_chunks(stream, clips):
     assert stream.status().source == "webcam"
     assert stream.worker.wait_idle(stream.key, 30)
     assert stream.view().frames_seen == 4 and stream.status().frames_read == 4
+
+
+def test_the_chat_version_changes_with_every_write_that_lands():
+    """The page's timer resends the chat when its version moved (an answer's last update may
+    otherwise lose the race against an older copy of the chat); a stale write moves nothing."""
+    from hermes.serving.chat import Chat
+
+    chat = Chat()
+    seen = [chat.version]
+    at = chat.add({"role": "assistant", "content": "an answer so far"}, 0)
+    seen.append(chat.version)
+    chat.set(at, {"role": "assistant", "content": "the answer, with its TTFT"}, 0)
+    seen.append(chat.version)
+    chat.clear(1)
+    seen.append(chat.version)
+    assert len(set(seen)) == 4
+    assert chat.add({"role": "assistant", "content": "late"}, 0) == -1 and chat.version == seen[-1]
+    chat.set(at, {"role": "assistant", "content": "late"}, 0)
+    assert chat.version == seen[-1]

@@ -160,6 +160,8 @@ class Callbacks:
         self.gpu = registry.lm.device.type == "cuda"
         # Per stream: the view version and status text last sent by the timer (gone with the stream).
         self._sent: weakref.WeakKeyDictionary[LiveStream, tuple[int, str]] = weakref.WeakKeyDictionary()
+        # The chat version each stream's page was last sent by the timer (see `tick`).
+        self._sent_chat: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
 
     def _stream(self, request: gr.Request) -> LiveStream:
         stream = self.registry.get(request.session_hash or "anonymous")
@@ -346,7 +348,12 @@ class Callbacks:
         compare = len(view.settings.policies) > 1
         for alert in alerts:
             stream.chat.add(alert_message(alert, compare))
-        chat = stream.chat.messages() if alerts else gr.skip()
+        # The chat goes out whenever it changed since the timer last sent it, answers included:
+        # an answer's last update and a timer's older copy of the chat are two events, and when
+        # the older copy reaches the page last, the next tick puts the answer back whole.
+        changed = stream.chat.version != self._sent_chat.get(stream)
+        self._sent_chat[stream] = stream.chat.version
+        chat = stream.chat.messages() if changed else gr.skip()
         status = status_text(stream)
         version, sent_status = self._sent.get(stream, (-1, ""))
         self._sent[stream] = (view.version, status)

@@ -28,6 +28,7 @@ class Chat:
         self._messages: list[dict] = []
         self._first = 0  # the index of the first message kept
         self._generation = 0
+        self.version = 0  # changes with every write, so that a reader can tell it missed one
 
     def clear(self, generation: int) -> None:
         """Drop every message and take writes of `generation` (or without one) from now on."""
@@ -35,6 +36,7 @@ class Chat:
             self._messages = []
             self._first = 0
             self._generation = generation
+            self.version += 1
 
     def messages(self) -> list[dict]:
         """Copies of the messages, oldest first (after a note when older ones were dropped)."""
@@ -52,6 +54,7 @@ class Chat:
                 return -1
             self._messages.append(message)
             self._bound()
+            self.version += 1
             return self._first + len(self._messages) - 1
 
     def set(self, index: int, message: dict, generation: int | None = None) -> None:
@@ -63,6 +66,7 @@ class Chat:
             if 0 <= at < len(self._messages):
                 self._messages[at] = message
                 self._bound()
+                self.version += 1
 
     def _bound(self) -> None:
         """Keep the last MAX_MESSAGES messages, and the pictures of the last MAX_MEDIA (lock held)."""
