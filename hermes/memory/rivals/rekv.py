@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from hermes.memory.scorer import Guidance, LayerInputs
+from hermes.memory.selection import TopK
 from hermes.memory.tiers import Tier
 
 
@@ -65,19 +66,11 @@ class FrameRetrieval:
 
 
 @dataclass(frozen=True)
-class FrameWindow:
+class FrameWindow(TopK):
     """The newest whole frames that fit in `capacity` video slots per layer; the oldest go first.
 
     Whole frames, so that a frame is either on the device or retrievable from the host store,
-    never both in part. Every layer keeps the same frames (the same length)."""
-
-    capacity: int
-
-    def summarises(self, tier: Tier) -> bool:
-        return False
-
-    def keep(self, tier: Tier) -> int:
-        return self.capacity
+    never both in part. Every layer keeps the same frames (the same length); no summary slot."""
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier

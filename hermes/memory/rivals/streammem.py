@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from hermes.memory.scorer import Guidance, LayerInputs
-from hermes.memory.selection import top_k
+from hermes.memory.selection import TopK, top_k
 from hermes.memory.tiers import Tier
 
 
@@ -42,17 +42,9 @@ class ProxyAttention:
 
 
 @dataclass(frozen=True)
-class FramePrototypes:
-    """Top-k by score, plus one prototype per frame that loses tokens, `capacity` slots in all."""
-
-    capacity: int
-    summary: str = "none"  # no summary slot: the prototypes are StreamMem's memory of the evicted
-
-    def summarises(self, tier: Tier) -> bool:
-        return False
-
-    def keep(self, tier: Tier) -> int:
-        return self.capacity
+class FramePrototypes(TopK):
+    """Top-k by score, plus one prototype per frame that loses tokens, `capacity` slots in all (no
+    summary slot: the prototypes are StreamMem's memory of the evicted)."""
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
