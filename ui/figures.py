@@ -355,7 +355,7 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             )
     # A retrieval policy's (ReKV's) bound includes the room for the frames a question brings back,
     # which the line would take for |M|: only the policies that keep a fixed cache draw it.
-    retrieving = {policy for r in view.history for policy in r.host_bytes}
+    retrieving = set(view.history[-1].host_bytes) if view.history else set()  # every chunk reports it
     budgets = [b for policy, b in view.budget_bytes.items() if policy != "full" and policy not in retrieving]
     if budgets:  # HERMES and FIFO share |M|: one line, at the larger of their caches
         fig.add_hline(
