@@ -1,4 +1,4 @@
-"""Command line: python -m hermes {stream, build-tiny, bench, eval}."""
+"""Command line: python -m hermes {stream, build-tiny, bench, eval, toyworld}."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hermes.cli.bench import add_bench_parser
 from hermes.cli.build_tiny import add_build_tiny_parser
 from hermes.cli.eval import add_eval_parser
 from hermes.cli.stream import add_stream_parser
+from hermes.cli.toyworld import add_toyworld_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_build_tiny_parser(sub)
     add_bench_parser(sub)
     add_eval_parser(sub)
+    add_toyworld_parser(sub)
     return parser
 
 

@@ -32,6 +32,9 @@ TINY_ALIASES: dict[str, tuple[str, int]] = {
     # The app's offline fallback: the 0.5B checkpoint's 24 layers, so its tier map looks real.
     "tiny-24": ("llava_onevision", 24),
 }
+# Models trained in this repository (docs/toyworld.md): alias -> checkpoint folder.
+TOY_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "toyworld" / "model"
+TRAINED_ALIASES: dict[str, Path] = {"toy": TOY_MODEL_DIR}
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_CHOICES = ("auto", *DTYPES)
@@ -99,6 +102,13 @@ def resolve(name: str) -> tuple[str, bool]:
 
         arch, layers = TINY_ALIASES[name]
         return str(ensure_tiny(arch, num_layers=layers)), True
+    if name in TRAINED_ALIASES:
+        folder = TRAINED_ALIASES[name]
+        if not (folder / "config.json").is_file():
+            raise ModelLoadError(
+                f"{name}: the trained toy model is not in {folder}; train it with `python -m hermes toyworld train`"
+            )
+        return str(folder), False
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():

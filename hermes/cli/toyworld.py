@@ -1,0 +1,120 @@
+"""`python -m hermes toyworld {make, train, bench}`: the toy world, its model and its memory benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hermes.cli.options import add_run_options, check_run_options
+
+
+def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from hermes.toyworld.paths import HELDOUT_DIR
+
+    p = sub.add_parser(
+        "toyworld",
+        help="the toy world: make clips, train the toy model, run the memory benchmark",
+        description="A synthetic world of shapes that appear, move, change colour and leave; a small "
+        "LLaVA-OneVision trained on it here; and a benchmark that scores every memory policy on questions about "
+        "the present, the past and the future of held-out clips (docs/toyworld.md).",
+    )
+    toy = p.add_subparsers(dest="toy_command", required=True)
+
+    make = toy.add_parser("make", help="write clips (MP4 and events) with questions in OVO-Bench's layout")
+    make.add_argument("--out", required=True, help="folder to write into")
+    make.add_argument("--clips", type=int, default=12)
+    make.add_argument("--seed0", type=int, default=0, help="clip i has seed SEED0 + i")
+    make.set_defaults(func=cmd_make)
+
+    train = toy.add_parser("train", help="train the toy model with the recorded settings (about an hour on 2 cores)")
+    train.add_argument("--out", required=True, help="checkpoint folder to write")
+    train.add_argument("--heldout", default=str(HELDOUT_DIR), help="held-out set scored at the end")
+    train.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on a busy machine)"
+    )
+    train.set_defaults(func=cmd_train)
+
+    bench = toy.add_parser("bench", help="score every memory policy on the held-out clips, at three budgets")
+    bench.add_argument("--model", default="toy", help="the trained toy model (default) or a checkpoint folder")
+    bench.add_argument("--heldout", default=str(HELDOUT_DIR))
+    bench.add_argument("--policies", default=None, help="comma-separated (default: every policy, and hermes+dtd)")
+    bench.add_argument(
+        "--budgets", default=None, help="comma-separated video tokens per layer (default: 1/8, 1/4, 1/2 of a stream)"
+    )
+    bench.add_argument("--clips", type=int, default=None, help="only the first N clips, for a quick look")
+    bench.add_argument("--out", default="results-toyworld.json", help="every answer and the summary, as JSON")
+    add_run_options(bench)
+    bench.set_defaults(func=cmd_bench)
+    return p
+
+
+def cmd_make(args: argparse.Namespace) -> int:
+    from hermes.toyworld.heldout import HeldOutSpec, build
+
+    if args.clips < 1:
+        raise ValueError("--clips must be at least 1")
+    out = build(args.out, HeldOutSpec(seed0=args.seed0, clips=args.clips))
+    print(f"wrote {args.clips} clips with their events and questions to {out}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from hermes.toyworld.recipe import train_and_score
+
+    if args.threads < 1:
+        raise ValueError("--threads must be at least 1")
+    report = train_and_score(args.out, args.heldout, threads=args.threads, log=lambda line: print(line, flush=True))
+    print(json.dumps(report["heldout"], indent=1))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from hermes.memory.config import HermesConfig
+    from hermes.memory.policies import check_policies
+    from hermes.models.loading import load_video_lm, set_threads
+    from hermes.toyworld import bench
+
+    check_run_options(args)
+    if args.clips is not None and args.clips < 1:
+        raise ValueError("--clips must be at least 1")
+    names = bench.benchmark_policies() if args.policies is None else [n.strip() for n in args.policies.split(",")]
+    policies = check_policies([n for n in names if n], HermesConfig())
+    held = bench.load_heldout(args.heldout)
+    lm = load_video_lm(args.model, dtype="fp32")
+    set_threads(args.threads)
+    budgets = bench.default_budgets(lm, held) if args.budgets is None else _ints(args.budgets, "--budgets")
+    budgets = bench.check_budgets(lm, budgets)
+    progress = None if args.no_progress else bench.log_stderr
+    results = bench.run(lm, held, policies, budgets, videos=args.clips, progress=progress)
+    summaries = {key: bench.summarize(held, answers) for key, answers in results.items()}
+    settings = {
+        "model": args.model,
+        "heldout": args.heldout,
+        "policies": policies,
+        "budgets": budgets,
+        "stream_tokens": bench.stream_tokens(lm, held),
+        "clips": args.clips,
+    }
+    bench.write_results(args.out, held, results, summaries, settings)
+    print(bench.render_table(held, summaries, bench.stream_tokens(lm, held)), flush=True)
+    print(bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held)), flush=True)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{option} wants comma-separated whole numbers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{option} is empty")
+    return values
+
+
+def heldout_default() -> Path:
+    from hermes.toyworld.paths import HELDOUT_DIR
+
+    return HELDOUT_DIR

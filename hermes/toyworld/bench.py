@@ -1,0 +1,406 @@
+"""The toy-world memory benchmark: every memory policy at several budgets, on the held-out clips.
+
+Each held-out clip is decoded once (through `hermes.video`, as any file) and streamed chunk by chunk
+into one `StreamingSession` per policy (`PolicyGroup`, as `hermes eval --policies` does), at each
+budget; `full` keeps everything, so it runs once. After every chunk each memory reads its standing
+questions (the forward kind); at each question's time each memory is asked it (the app's path: the
+question after the memory, scratch tokens, the answer remembered as the last turn). A question is
+right when its answer word has the highest first-token log-probability among its options (chance
+is one over the options); the greedy answer is kept too. A forward question's checks are right when
+p(yes) > 0.5 exactly while its object is on screen; its score is the balanced accuracy of its
+checks (the mean of the yes and the no checks' accuracies, chance 50%), and its onsets are on time
+when it says yes at the first check that shows them.
+
+Confidence intervals are 95% percentile bootstrap intervals over clips (questions of one clip are
+not independent), with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hermes.engine.session import ChunkReport, StreamingSession
+from hermes.eval.policies import PolicyGroup
+from hermes.memory.config import HermesConfig
+from hermes.memory.policies import POLICY_NAMES
+from hermes.models.base import VideoLM
+from hermes.serving.replay import play
+from hermes.toyworld.files import ToyWorldError
+from hermes.toyworld.heldout import ANNOTATIONS, MANIFEST, check_videos
+from hermes.toyworld.questions import AGES, BACKWARD, FORWARD, KINDS, REAL_TIME, TASKS
+from hermes.toyworld.world import WORLD_FPS
+from hermes.video.frames_folder import iter_video
+
+BOOTSTRAP = 2000
+BUDGET_SHARES = ((1, 8), (1, 4), (1, 2))  # budgets as shares of a held-out stream's video tokens
+FULL = "full"
+
+
+def benchmark_policies() -> list[str]:
+    """Every method the policy registry has (so a new one joins by registering), and hermes+dtd."""
+    methods = [name for name in POLICY_NAMES if "+" not in name]
+    return [FULL, *(m for m in methods if m != FULL), "hermes+dtd"]
+
+
+@dataclass(frozen=True)
+class ToyQuestion:
+    """A real-time or backward question of the held-out file."""
+
+    qid: str
+    kind: str
+    task: str
+    video: str
+    at: int
+    text: str
+    options: tuple[str, ...]
+    answer: str
+    age: str | None
+
+
+@dataclass(frozen=True)
+class ToyStanding:
+    """A forward question: whether its answer is yes after each number of steps checked."""
+
+    qid: str
+    video: str
+    text: str
+    truth: dict[int, bool]
+    onsets: tuple[int, ...]
+
+
+@dataclass
+class HeldOut:
+    """The held-out set as the benchmark reads it."""
+
+    root: Path
+    questions: list[ToyQuestion]
+    standing: list[ToyStanding]
+    frames: int
+    chunk_frames: int
+    videos: list[str] = field(default_factory=list)
+
+
+def _entry(e: Any, i: int) -> tuple[str, str]:
+    if not isinstance(e, dict):
+        raise ToyWorldError(f"entry {i} is not an object")
+    kind, task = e.get("kind"), e.get("task")
+    if kind not in KINDS:
+        raise ToyWorldError(f"entry {e.get('id', i)}: unknown question kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    if task not in TASKS[kind]:
+        raise ToyWorldError(f"entry {e.get('id', i)}: task {task!r} is not a {kind} task ({', '.join(TASKS[kind])})")
+    return kind, task
+
+
+def load_heldout(root: str | Path) -> HeldOut:
+    """The held-out set in `root` (toyworld.json, manifest.json, videos with their events files);
+    ToyWorldError naming the first thing that is wrong."""
+    root = Path(root)
+    try:
+        entries = json.loads((root / ANNOTATIONS).read_text(encoding="utf-8"))
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))["spec"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ToyWorldError(f"{root}: not a toy-world set ({ANNOTATIONS} and {MANIFEST}): {exc}") from None
+    if not isinstance(entries, list):
+        raise ToyWorldError(f"{root / ANNOTATIONS}: expected a list of entries")
+    questions, standing = [], []
+    try:
+        for i, e in enumerate(entries):
+            kind, task = _entry(e, i)
+            if kind == FORWARD:
+                truth = {int(t["realtime"]) + 1: bool(t["type"]) for t in e["test_info"]}
+                standing.append(ToyStanding(str(e["id"]), e["video"], e["question"], truth, tuple(e["onsets"])))
+            else:
+                options = tuple(e["options"])
+                questions.append(
+                    ToyQuestion(
+                        str(e["id"]),
+                        kind,
+                        task,
+                        e["video"],
+                        int(e["at"]),
+                        e["question"],
+                        options,
+                        options[int(e["gt"])],
+                        e.get("age"),
+                    )
+                )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ToyWorldError(f"{root / ANNOTATIONS}: entry {i} is missing or misstates a field ({exc})") from None
+    videos = list(dict.fromkeys([q.video for q in questions] + [s.video for s in standing]))
+    check_videos(root, [{"video": v} for v in videos])
+    return HeldOut(root, questions, standing, int(manifest["frames"]), int(manifest["chunk_frames"]), videos)
+
+
+def stream_tokens(lm: VideoLM, held: HeldOut) -> int:
+    """Video tokens a held-out stream puts in the memory: every frame's, and a newline per chunk."""
+    per_frame = tokens_per_frame(lm)
+    chunks = -(-held.frames // held.chunk_frames)
+    return held.frames * per_frame + chunks * (len(lm.chunk_inputs(_blank(1), WORLD_FPS).frames) - per_frame)
+
+
+def tokens_per_frame(lm: VideoLM) -> int:
+    one, two = (len(lm.chunk_inputs(_blank(n), WORLD_FPS).frames) for n in (1, 2))
+    return two - one
+
+
+def _blank(n: int) -> np.ndarray:
+    return np.zeros((n, 56, 56, 3), dtype=np.uint8)
+
+
+def default_budgets(lm: VideoLM, held: HeldOut) -> list[int]:
+    total = stream_tokens(lm, held)
+    return [total * a // b for a, b in BUDGET_SHARES]
+
+
+def check_budgets(lm: VideoLM, budgets: Sequence[int]) -> list[int]:
+    """The budgets, each at least one frame's tokens; ValueError otherwise."""
+    per_frame = tokens_per_frame(lm)
+    for b in budgets:
+        if b < per_frame:
+            raise ValueError(
+                f"budget {b} is too small for one frame: a frame of this model is {per_frame} tokens, so a budget "
+                f"must be at least {per_frame}"
+            )
+    return list(budgets)
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Answers:
+    """What one policy at one budget answered: a record per question and per standing check."""
+
+    questions: list[dict] = field(default_factory=list)
+    checks: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
+    cache_bytes: list[int] = field(default_factory=list)  # each clip's peak
+    host_bytes: list[int] = field(default_factory=list)
+
+
+def _ask(session: StreamingSession, q: ToyQuestion, option_ids: dict[str, int]) -> dict:
+    logp = session.first_token_logprobs(q.text)
+    scores = {o: float(logp[option_ids[o]]) for o in q.options}
+    text = session.ask(q.text, max_new_tokens=1).text.strip()
+    pred = max(scores, key=scores.__getitem__)
+    return {
+        "qid": q.qid,
+        "video": q.video,
+        "kind": q.kind,
+        "task": q.task,
+        "age": q.age,
+        "answer": q.answer,
+        "pred": pred,
+        "correct": pred == q.answer,
+        "text": text,
+        "text_correct": text == q.answer,
+    }
+
+
+def run_clip(
+    lm: VideoLM,
+    held: HeldOut,
+    video: str,
+    group: PolicyGroup,
+    results: dict[str, Answers],
+    frames: list,
+) -> None:
+    """Stream one clip into every memory of `group`, asking its questions; records into `results`."""
+    questions = [q for q in held.questions if q.video == video]
+    standing = [s for s in held.standing if s.video == video]
+    option_ids = {o: int(lm.tokenizer.convert_tokens_to_ids(o)) for q in questions for o in q.options}
+    group.reset()
+    peaks = dict.fromkeys(group.sessions, 0)
+    for session in group.sessions.values():
+        session.standing.set_questions([s.text for s in standing])
+    for event in play(group, frames, questions, lambda q: q.at - 1):
+        if isinstance(event, ChunkReport):
+            for name, session in group.sessions.items():
+                peaks[name] = max(peaks[name], session.memory.cache_bytes())
+                for check in session.last_chunk.watches:
+                    results[name].checks[f"{video}\n{check.question}"].append((session.frames_seen, check.p_yes))
+            continue
+        for name, session in group.sessions.items():
+            results[name].questions.append(_ask(session, event, option_ids))
+    for name, session in group.sessions.items():
+        results[name].cache_bytes.append(peaks[name])
+        results[name].host_bytes.append(session.host_bytes())
+
+
+def run(
+    lm: VideoLM,
+    held: HeldOut,
+    policies: Sequence[str],
+    budgets: Sequence[int],
+    videos: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[tuple[str, int | None], Answers]:
+    """Every policy at every budget (full once, budget None) on the first `videos` clips."""
+    results: dict[tuple[str, int | None], Answers] = defaultdict(Answers)
+    runs: list[tuple[int | None, list[str]]] = []
+    if FULL in policies:
+        runs.append((None, [FULL]))
+    runs += [(b, [p for p in policies if p != FULL]) for b in budgets if any(p != FULL for p in policies)]
+    chosen = held.videos[:videos] if videos else held.videos
+    for i, video in enumerate(chosen):
+        frames = list(iter_video(held.root / video, WORLD_FPS))
+        for budget, names in runs:
+            config = HermesConfig(budget=budget or 1, chunk_frames=held.chunk_frames, fps=WORLD_FPS)
+            group = PolicyGroup({n: StreamingSession(lm, config, policy=n) for n in names})
+            per = {n: results[(n, budget)] for n in names}
+            run_clip(lm, held, video, group, per, frames)
+        if progress is not None:
+            progress(f"clip {i + 1}/{len(chosen)}: {video}")
+    return dict(results)
+
+
+# -- scoring ----------------------------------------------------------------------------------------
+
+
+def _bootstrap(per_video: dict[str, tuple[float, float]], rng: np.random.Generator) -> tuple[float, float, float]:
+    """(estimate, low, high): the pooled ratio sum(hits)/sum(n) over clips, with a 95% percentile
+    bootstrap interval that resamples clips."""
+    if not per_video:
+        return (float("nan"),) * 3
+    hits, n = (np.asarray(v, dtype=float) for v in zip(*per_video.values(), strict=True))
+    idx = rng.integers(0, len(n), (BOOTSTRAP, len(n)))
+    ratios = hits[idx].sum(1) / np.maximum(n[idx].sum(1), 1e-9)
+    return float(hits.sum() / n.sum()), float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+
+
+def _accuracy(rows: list[dict], rng: np.random.Generator) -> tuple[float, float, float]:
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        per[r["video"]][0] += r["correct"]
+        per[r["video"]][1] += 1
+    return _bootstrap({v: (h, n) for v, (h, n) in per.items()}, rng)
+
+
+def forward_scores(held: HeldOut, answers: Answers) -> dict[str, dict]:
+    """Per standing question: balanced accuracy of its checks, and its onsets on time / missed."""
+    out = {}
+    for s in held.standing:
+        checks = answers.checks.get(f"{s.video}\n{s.text}")
+        if not checks:
+            continue
+        yes = [(p > 0.5) == s.truth[at] for at, p in checks if s.truth.get(at)]
+        no = [(p > 0.5) == s.truth[at] for at, p in checks if s.truth.get(at) is False]
+        parts = [np.mean(x) for x in (yes, no) if x]
+        said = {at for at, p in checks if p > 0.5}
+        first = {o: min((at for at, _ in checks if at - 1 >= o), default=None) for o in s.onsets}
+        on_time = sum(first[o] in said for o in s.onsets if first[o] is not None)
+        out[s.qid] = {"video": s.video, "balanced": float(np.mean(parts)), "onsets": len(s.onsets), "on_time": on_time}
+    return out
+
+
+def summarize(held: HeldOut, answers: Answers, seed: int = 0) -> dict:
+    """Accuracy (with its interval) per kind, per backward age, and the forward scores."""
+    rng = np.random.default_rng(seed)
+    rows = answers.questions
+    summary: dict[str, Any] = {
+        kind: _accuracy([r for r in rows if r["kind"] == kind], rng) for kind in (REAL_TIME, BACKWARD)
+    }
+    for age in AGES:
+        summary[age] = _accuracy([r for r in rows if r["kind"] == BACKWARD and r["age"] == age], rng)
+    fw = forward_scores(held, answers)
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for s in fw.values():
+        per[s["video"]][0] += s["balanced"]
+        per[s["video"]][1] += 1
+    summary[FORWARD] = _bootstrap({v: (h, n) for v, (h, n) in per.items()}, rng)
+    onsets = sum(s["onsets"] for s in fw.values())
+    summary["on_time"] = sum(s["on_time"] for s in fw.values()) / onsets if onsets else float("nan")
+    summary["text"] = float(np.mean([r["text_correct"] for r in rows])) if rows else float("nan")
+    summary["cache_kib"] = float(np.mean(answers.cache_bytes)) / 1024 if answers.cache_bytes else 0.0
+    summary["host_kib"] = float(np.mean(answers.host_bytes)) / 1024 if answers.host_bytes else 0.0
+    summary["questions"] = {k: sum(r["kind"] == k for r in rows) for k in (REAL_TIME, BACKWARD)} | {FORWARD: len(fw)}
+    return summary
+
+
+def chance(held: HeldOut) -> dict[str, float]:
+    """Each column's chance level: the mean of one over the options of its questions (50% forward)."""
+
+    def mean_inv(qs: list[ToyQuestion]) -> float:
+        return float(np.mean([1 / len(q.options) for q in qs])) if qs else float("nan")
+
+    out = {kind: mean_inv([q for q in held.questions if q.kind == kind]) for kind in (REAL_TIME, BACKWARD)}
+    for age in AGES:
+        out[age] = mean_inv([q for q in held.questions if q.kind == BACKWARD and q.age == age])
+    out[FORWARD] = 0.5
+    return out
+
+
+def write_results(path: str | Path, held: HeldOut, results: dict, summaries: dict, settings: dict) -> None:
+    doc = {
+        "settings": settings,
+        "chance": chance(held),
+        "summaries": [{"policy": p, "budget": b, **s} for (p, b), s in summaries.items()],
+        "answers": [{"policy": p, "budget": b, **r} for (p, b), a in results.items() for r in a.questions],
+    }
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def log_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+COLUMNS = (REAL_TIME, BACKWARD, *AGES, FORWARD)
+
+
+def _cell(value: tuple[float, float, float] | float) -> str:
+    if isinstance(value, tuple):
+        mid, low, high = value
+        return "-" if np.isnan(mid) else f"{100 * mid:.1f} ({100 * low:.0f}-{100 * high:.0f})"
+    return "-" if np.isnan(value) else f"{100 * value:.1f}"
+
+
+def _budget_label(budget: int | None, total: int) -> str:
+    if budget is None:
+        return f"all ({total})"
+    share = budget / total
+    return f"{budget} ({share:.3g} of {total})"
+
+
+def render_table(held: HeldOut, summaries: dict[tuple[str, int | None], dict], total: int) -> str:
+    """One markdown table: a row per policy and budget; accuracy % with its 95% interval per kind,
+    backward by the age of its evidence, forward (balanced, and onsets on time), cache KiB."""
+    first = next(iter(summaries.values()))
+    counts = first["questions"]
+    head = (
+        f"| budget (video tokens per layer) | policy | real-time ({counts[REAL_TIME]}) | backward ({counts[BACKWARD]}) "
+        f"| early | middle | late | forward ({counts[FORWARD]}) | on time | cache KiB |"
+    )
+    lines = [head, "|---|---|" + "---:|" * 8]
+    odds = chance(held)
+    lines.append("| | *chance* | " + " | ".join(_cell(odds[c]) for c in COLUMNS) + " | | |")
+    for (policy, budget), s in summaries.items():
+        cache = f"{s['cache_kib']:.1f}" + (f" + {s['host_kib']:.1f} host" if s["host_kib"] else "")
+        cells = " | ".join(_cell(s[c]) for c in COLUMNS)
+        lines.append(f"| {_budget_label(budget, total)} | {policy} | {cells} | {_cell(s['on_time'])} | {cache} |")
+    return "\n".join(lines)
+
+
+def forgetting_check(summaries: dict, budgets: Sequence[int], total: int, odds: dict[str, float]) -> str:
+    """The benchmark's own check that memory matters here: at the budget nearest a quarter of a
+    stream, fifo's early-evidence backward accuracy is near chance (within 15 points) while full's
+    is not (above 80%). Printed as met or missed, with the numbers."""
+    budget = min(budgets, key=lambda b: abs(b - total / 4))
+    fifo, full = summaries.get(("fifo", budget)), summaries.get((FULL, None))
+    if fifo is None or full is None:
+        return "check: needs fifo and full in the run"
+    near = fifo["early"][0] <= odds["early"] + 0.15
+    kept = full["early"][0] >= 0.80
+    verdict = "met" if near and kept else "missed"
+    return (
+        f"check (memory matters): early-evidence backward at budget {budget}: fifo {_cell(fifo['early'][0])}%, "
+        f"chance {_cell(odds['early'])}%, full {_cell(full['early'][0])}%: {verdict}"
+    )

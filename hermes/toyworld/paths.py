@@ -1,0 +1,9 @@
+"""Where the toy world's committed files live in the repository."""
+
+from __future__ import annotations
+
+from hermes.models.loading import TOY_MODEL_DIR
+
+TOYWORLD_DIR = TOY_MODEL_DIR.parent
+HELDOUT_DIR = TOYWORLD_DIR / "heldout"
+MODEL_DIR = TOY_MODEL_DIR
