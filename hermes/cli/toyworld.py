@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-
-from hermes.cli.options import add_run_options, check_run_options
 
 
 def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -45,7 +42,10 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     )
     bench.add_argument("--clips", type=int, default=None, help="only the first N clips, for a quick look")
     bench.add_argument("--out", default="results-toyworld.json", help="every answer and the summary, as JSON")
-    add_run_options(bench)
+    bench.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1: the toy model's matrices are small)"
+    )
+    bench.add_argument("--no-progress", action="store_true", help="no progress lines")
     bench.set_defaults(func=cmd_bench)
     return p
 
@@ -76,7 +76,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from hermes.models.loading import load_video_lm, set_threads
     from hermes.toyworld import bench
 
-    check_run_options(args)
+    if args.threads < 1:
+        raise ValueError("--threads must be at least 1")
     if args.clips is not None and args.clips < 1:
         raise ValueError("--clips must be at least 1")
     names = bench.benchmark_policies() if args.policies is None else [n.strip() for n in args.policies.split(",")]
@@ -112,9 +113,3 @@ def _ints(text: str, option: str) -> list[int]:
     if not values:
         raise ValueError(f"{option} is empty")
     return values
-
-
-def heldout_default() -> Path:
-    from hermes.toyworld.paths import HELDOUT_DIR
-
-    return HELDOUT_DIR

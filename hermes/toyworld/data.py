@@ -102,8 +102,11 @@ def sample_stream(seed: int, frames: int, n_questions: int, weights: dict[str, f
     return stream
 
 
-def surface(text: str, rng: np.random.Generator) -> str:
-    """The question as a person might type it: sometimes "color", sometimes in lower case."""
+def surface(text: str, rng: np.random.Generator | None) -> str:
+    """The question as a person might type it: sometimes "color", sometimes in lower case (as
+    written when there is no `rng`)."""
+    if rng is None:
+        return text
     if rng.random() < SPELLING_RATE:
         text = text.replace("colour", "color")
     if rng.random() < SPELLING_RATE:
@@ -153,8 +156,9 @@ class Packer:
         )
         return out["pixel_values_videos"][0]
 
-    def pack(self, streams: list[Stream], rng: np.random.Generator, frames: np.ndarray | None = None) -> Batch:
-        """The batch of `streams`; `frames` (all streams' frames in order) when already rendered."""
+    def pack(self, streams: list[Stream], rng: np.random.Generator | None, frames: np.ndarray | None = None) -> Batch:
+        """The batch of `streams`, their questions' wording varied by `rng` (as written without one);
+        `frames` (all streams' frames in order) when already decoded or rendered."""
         if frames is None:
             frames = like_h264(np.concatenate([s.clip.render_steps() for s in streams]))
         rows, video_rows, targets, answers, answer_targets = [], [], [], [], []
@@ -193,7 +197,7 @@ class Packer:
             frame_labels=torch.tensor([frame_label(s.clip, t) for s in streams for t in range(s.clip.frames)]),
         )
 
-    def _layout(self, stream: Stream, frame0: int, rng: np.random.Generator) -> dict:
+    def _layout(self, stream: Stream, frame0: int, rng: np.random.Generator | None) -> dict:
         """One stream's tokens: prefix and chunks (context, group -1), then each question."""
         ids, group, limit = list(self.prefix), [-1] * len(self.prefix), list(range(1, len(self.prefix) + 1))
         video_rows: list[int] = []
