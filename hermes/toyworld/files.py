@@ -53,7 +53,7 @@ def write_events(clip: Clip, video: str | Path) -> Path:
     """Write the clip's description and events beside its video."""
     path = events_path(video)
     doc = {"version": EVENTS_VERSION, "video": Path(video).name, "clip": clip.to_dict(), "events": clip.events()}
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    path.write_text(json.dumps(doc) + "\n")
     return path
 
 

@@ -158,7 +158,8 @@ def build(out: str | Path, spec: HeldOutSpec | None = None) -> Path:
             entries.append(ovo_entry(q, f"toy{i:03d}-bw{j}", video))
         for j, q in enumerate(pick_forward(clip, spec, rng)):
             entries.append(ovo_forward_entry(q, f"toy{i:03d}-fw{j}", video, spec.cuts))
-    (out / ANNOTATIONS).write_text(json.dumps(entries, indent=1) + "\n")
+    # One entry a line: compact, and a change to one question is a change to one line.
+    (out / ANNOTATIONS).write_text("[\n" + ",\n".join(json.dumps(e) for e in entries) + "\n]\n")
     kinds = Counter(e["kind"] for e in entries)
     manifest = {"spec": asdict(spec), "world": asdict(world), "questions": {k: kinds[k] for k in KINDS}}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
