@@ -294,9 +294,15 @@ def forward_scores(held: HeldOut, answers: Answers) -> dict[str, dict]:
         no = [(p > 0.5) == s.truth[at] for at, p in checks if s.truth.get(at) is False]
         parts = [np.mean(x) for x in (yes, no) if x]
         said = {at for at, p in checks if p > 0.5}
-        first = {o: min((at for at, _ in checks if at - 1 >= o), default=None) for o in s.onsets}
-        on_time = sum(first[o] in said for o in s.onsets if first[o] is not None)
-        out[s.qid] = {"video": s.video, "balanced": float(np.mean(parts)), "onsets": len(s.onsets), "on_time": on_time}
+        # An onset can be caught at the first check after it when the newest frame then still shows it.
+        firsts = [min((at for at, _ in checks if at - 1 >= o), default=None) for o in s.onsets]
+        seen = [at for at in firsts if at is not None and s.truth.get(at)]
+        out[s.qid] = {
+            "video": s.video,
+            "balanced": float(np.mean(parts)),
+            "onsets": len(seen),
+            "on_time": sum(at in said for at in seen),
+        }
     return out
 
 

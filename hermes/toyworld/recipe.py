@@ -34,10 +34,18 @@ def score_heldout(model_dir: str | Path, heldout: str | Path, clips: int | None 
     return {"full": {k: summary[k] for k in keep}, "chance": bench.chance(held)}
 
 
-def train_and_score(out: str | Path, heldout: str | Path, threads: int = 1, log: Callable[[str], None] = print) -> dict:
-    """Train with the recipe's settings into `out`, score the held-out set, write `training.json`."""
+def train_and_score(
+    out: str | Path,
+    heldout: str | Path,
+    threads: int = 1,
+    log: Callable[[str], None] = print,
+    spec: TrainSpec | None = None,
+    clips: int | None = None,
+) -> dict:
+    """Train with `spec` (the recipe's settings by default) into `out`, score the held-out set (its
+    first `clips` clips, or all), write `training.json`; the record."""
     torch.set_num_threads(threads)
-    spec = TrainSpec()
+    spec = spec or TrainSpec()
     load_before = os.getloadavg()
     started = time.monotonic()
     trainer = Trainer(spec, log=log)
@@ -50,7 +58,7 @@ def train_and_score(out: str | Path, heldout: str | Path, threads: int = 1, log:
         "threads": threads,
         "load_average": {"start": load_before, "end": os.getloadavg()},
         "curve": curve,
-        "heldout": score_heldout(out, heldout),
+        "heldout": score_heldout(out, heldout, clips),
     }
     Path(out, RECORD).write_text(json.dumps(report, indent=1) + "\n")
     return report

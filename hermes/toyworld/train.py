@@ -34,6 +34,17 @@ from hermes.toyworld.world import COLOURS, SHAPES, WorldSpec
 
 # The first stage asks only about the newest frame: what the vision tower has just learnt to see.
 REAL_TIME_ONLY = (("OJR", 1.0), ("ATR", 1.0), ("STU", 1.0), ("SSR", 1.0))
+# The last stage leans on the past: the real-time answers are right by then on the validation set,
+# "did you see" (HLD) is the slowest to learn.
+BACKWARD_HEAVY = (
+    ("OJR", 0.5),
+    ("ATR", 1.0),
+    ("STU", 0.5),
+    ("SSR", 1.0),
+    ("EPM", 2.5),
+    ("HLD", 3.0),
+    ("HLD-never", 0.5),
+)
 # Bump when the data or the recipe changes in a way the settings do not show.
 RECIPE_VERSION = 1
 
@@ -65,7 +76,7 @@ class TrainSpec:
         Stage(300, (1, 4), 6, REAL_TIME_ONLY),
         Stage(500, (4, 12), 10),
         Stage(800, (12, 24), 12),
-        Stage(1000, (24, 32), 12),
+        Stage(1000, (24, 32), 14, BACKWARD_HEAVY),
     )
     batch: int = 16
     lr: float = 1e-3
