@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from hermes.models.base import VideoLM
-from hermes.toyworld.model import SIGLIP_NORM, TOKENS_PER_FRAME
+from hermes.models.llava_onevision import SIGLIP_NORM
+from hermes.toyworld.model import TOKENS_PER_FRAME
 from hermes.toyworld.questions import (
     SIDES,
     Question,

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from hermes.models.base import SYSTEM_PROMPT
+from hermes.models.llava_onevision import SIGLIP_NORM
 from hermes.models.tiny import LLAVA_CHAT_TEMPLATE
 from hermes.toyworld.questions import vocabulary
 
@@ -29,7 +30,6 @@ PATCH = 14
 TOKENS_PER_FRAME = ((IMAGE_SIDE // PATCH + 1) // 2) ** 2  # 4
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>", "<unk>")
 PUNCTUATION = ("?", ".", ",", ":", ";", "!", "\n")
-SIGLIP_NORM = [0.5, 0.5, 0.5]
 
 
 @dataclass(frozen=True)
@@ -84,21 +84,10 @@ def build_tokenizer() -> Any:
     return tokenizer
 
 
-def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
-    """(model, processor): a freshly initialised LlavaOnevisionForConditionalGeneration of `spec` and
-    its processor, deterministic given `seed`."""
-    from transformers import (
-        GenerationConfig,
-        LlavaOnevisionConfig,
-        LlavaOnevisionForConditionalGeneration,
-        LlavaOnevisionImageProcessor,
-        LlavaOnevisionProcessor,
-        LlavaOnevisionVideoProcessor,
-        Qwen2Config,
-        SiglipVisionConfig,
-    )
+def _config(spec: ModelSpec, tokenizer: Any) -> Any:
+    """The LlavaOnevisionConfig of `spec`: a Qwen2 language model and a SigLIP tower at 56 px."""
+    from transformers import LlavaOnevisionConfig, Qwen2Config, SiglipVisionConfig
 
-    tokenizer = build_tokenizer()
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
     text = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -122,7 +111,7 @@ def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
         image_size=IMAGE_SIDE,
         vision_use_head=False,
     )
-    config = LlavaOnevisionConfig(
+    return LlavaOnevisionConfig(
         text_config=text,
         vision_config=vision,
         image_token_index=ids["<image>"],
@@ -133,17 +122,14 @@ def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
         image_grid_pinpoints=[[IMAGE_SIDE, IMAGE_SIDE]],
         tie_word_embeddings=False,
     )
-    torch.manual_seed(seed)
-    model = LlavaOnevisionForConditionalGeneration(config).to(torch.float32)
-    model.config.dtype = torch.float32
-    model.generation_config = GenerationConfig(
-        bos_token_id=text.bos_token_id,
-        eos_token_id=[text.eos_token_id, text.pad_token_id],
-        pad_token_id=text.pad_token_id,
-        do_sample=False,
-    )
+
+
+def _processor(tokenizer: Any) -> Any:
+    """LLaVA-OneVision's processor for 56 px frames, with SigLIP's normalisation (mean = std = 0.5)."""
+    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
+
     size = {"height": IMAGE_SIDE, "width": IMAGE_SIDE}
-    processor = LlavaOnevisionProcessor(
+    return LlavaOnevisionProcessor(
         image_processor=LlavaOnevisionImageProcessor(
             image_mean=SIGLIP_NORM, image_std=SIGLIP_NORM, size=size, image_grid_pinpoints=[[IMAGE_SIDE, IMAGE_SIDE]]
         ),
@@ -154,7 +140,26 @@ def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
         vision_aspect_ratio="anyres_max_9",
         chat_template=LLAVA_CHAT_TEMPLATE,
     )
-    return model, processor
+
+
+def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
+    """(model, processor): a freshly initialised LlavaOnevisionForConditionalGeneration of `spec` and
+    its processor, deterministic given `seed`."""
+    from transformers import GenerationConfig, LlavaOnevisionForConditionalGeneration
+
+    tokenizer = build_tokenizer()
+    config = _config(spec, tokenizer)
+    torch.manual_seed(seed)
+    model = LlavaOnevisionForConditionalGeneration(config).to(torch.float32)
+    model.config.dtype = torch.float32
+    text = config.text_config
+    model.generation_config = GenerationConfig(
+        bos_token_id=text.bos_token_id,
+        eos_token_id=[text.eos_token_id, text.pad_token_id],
+        pad_token_id=text.pad_token_id,
+        do_sample=False,
+    )
+    return model, _processor(tokenizer)
 
 
 def save(model: Any, processor: Any, out: str | Path) -> Path:
