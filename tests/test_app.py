@@ -16,6 +16,7 @@ os.environ.setdefault("GRADIO_HEARTBEAT_INTERVAL", "0.5")
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+from hermes.engine.methods import parse_policy
 from hermes.serving import (
     ChunkRecord,
     FrameTokens,
@@ -31,6 +32,7 @@ from ui import build_app, figures, launch_options
 from ui.layout import MAX_UPLOAD
 
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "cockatoo.mp4"
+HERMES, FIFO = parse_policy("hermes"), parse_policy("fifo")  # views key their policies by the parsed name
 
 
 def free_port() -> int:
@@ -225,10 +227,10 @@ def test_figures_stay_small_on_long_streams():
     view = LiveView(
         version=1,
         settings=SMALL,
-        snapshots={"hermes": snap},
+        snapshots={HERMES: snap},
         frame_tokens=FrameTokens().extended(n, 196.0),
         frames_seen=n,
-        attention={"hermes": attention},
+        attention={HERMES: attention},
     )
     fig = figures.retained_map_figure(view)
     assert len(fig.to_json()) < 40_000
@@ -243,7 +245,7 @@ def test_a_hybrid_models_map_names_its_attention_layers_and_its_states():
     view = LiveView(
         version=1,
         settings=SMALL,
-        snapshots={"hermes": snap},
+        snapshots={HERMES: snap},
         frame_tokens=FrameTokens().extended(2, 2.0),
         frames_seen=2,
     )
@@ -251,20 +253,20 @@ def test_a_hybrid_models_map_names_its_attention_layers_and_its_states():
     assert list(fig.layout.yaxis.ticktext) == ["3", "7", "11"]
     (note,) = [a.text for a in fig.layout.annotations if "linear attention" in a.text]
     assert note.startswith("9 more layers") and "3.0 MiB" in note
-    plain = figures.retained_map_figure(LiveView(**{**vars(view), "snapshots": {"hermes": snapshot([[0, 1]] * 3)}}))
+    plain = figures.retained_map_figure(LiveView(**{**vars(view), "snapshots": {HERMES: snapshot([[0, 1]] * 3)}}))
     assert list(plain.layout.yaxis.ticktext) == ["0", "1", "2"]
     assert not [a for a in plain.layout.annotations if "linear attention" in (a.text or "")]
 
 
 def test_the_budget_line_is_the_published_budget_bytes():
     snap = snapshot([[0, 1], [0, 1], [0, 1]])
-    record = ChunkRecord(1.0, 2, 4.0, {"hermes": 96, "fifo": 96}, {}, {}, rss_bytes=2**20, gpu_allocated_bytes=None)
+    record = ChunkRecord(1.0, 2, 4.0, {HERMES: 96, FIFO: 96}, {}, {}, rss_bytes=2**20, gpu_allocated_bytes=None)
     view = LiveView(
         version=1,
         settings=SMALL,
-        snapshots={"hermes": snap, "fifo": snap},
+        snapshots={HERMES: snap, FIFO: snap},
         history=(record,),
-        budget_bytes={"hermes": 5 * figures.MB, "fifo": 4 * figures.MB},
+        budget_bytes={HERMES: 5 * figures.MB, FIFO: 4 * figures.MB},
     )
     lines = [shape.y0 for shape in figures.performance_figure(view, gpu=False).layout.shapes]
     assert lines == [5.0]  # one line for both: the larger cache (hermes keeps a summary slot more)

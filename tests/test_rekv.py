@@ -85,9 +85,9 @@ def test_every_frame_brought_back_equals_the_full_cache(lm):
     every.ingest(random_chunk(0, 6))
     assert 0 < every.memory.slots < tokens
     got = every.first_token_logprobs(QUESTION)
-    held = set(every.store.block_frame.tolist())
+    held = set(every.question.store.block_frame.tolist())
     window = set(every.memory.kv_layers[0].frames.tolist())
-    assert all(set(f) | window == held for f in every.last_retrieval.frames.values())
+    assert all(set(f) | window == held for f in every.question.last.frames.values())
     assert (got - expected).abs().max() < 1e-4
     # One frame fewer brought back is a different answer: the check above can fail.
     fewer = _session(lm, "rekv", budget=tokens // 3 + 1, frames=6, params={"rekv.top_k": 1})
@@ -99,7 +99,7 @@ def test_each_layer_brings_back_the_frame_nearest_its_own_question_query(lm):
     s = _session(lm, "rekv", budget=1, params={"rekv.top_k": 1})  # every frame leaves the window
     for i in range(3):
         s.ingest(random_chunk(i, 2))
-    store, rope = s.store, s.memory.rope
+    store, rope = s.question.store, s.memory.rope
     heads = {}
 
     def capture(layer):
@@ -133,7 +133,7 @@ def test_each_layer_brings_back_the_frame_nearest_its_own_question_query(lm):
             sims.append(torch.nn.functional.cosine_similarity(mean.flatten(), query.flatten(), dim=0))
         best = int(torch.stack(sims).argmax())
         # The store counts key-value layers; the retrieval names each by its decoder layer.
-        assert s.last_retrieval.frames[modules[layer].layer_idx] == [int(store.block_frame[best])], layer
+        assert s.question.last.frames[modules[layer].layer_idx] == [int(store.block_frame[best])], layer
 
 
 def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alone(lm):
@@ -146,28 +146,28 @@ def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alon
     per_block = len(s.memory.kv_layers) * c.num_key_value_heads * head_dim * 4
     device, storage = set(), set()
     for i in range(5):
-        kv, index, blocks = s.store.kv_bytes(), s.store.index_bytes(), len(s.store)
+        kv, index, blocks = s.question.store.kv_bytes(), s.question.store.index_bytes(), len(s.question.store)
         report = s.ingest(random_chunk(i, 2))
-        assert s.store.kv_bytes() - kv == report.tokens * per_token  # exactly the chunk's keys and values
-        assert s.store.index_bytes() - index == (len(s.store) - blocks) * per_block
-        assert report.host_bytes == s.store.nbytes()
+        assert s.question.store.kv_bytes() - kv == report.tokens * per_token  # exactly the chunk's keys and values
+        assert s.question.store.index_bytes() - index == (len(s.question.store) - blocks) * per_block
+        assert report.host_bytes == s.question.store.nbytes()
         if i >= 1:
-            before, store_before = memory_state(s.memory), _store_state(s.store)
+            before, store_before = memory_state(s.memory), _store_state(s.question.store)
             answer = s.ask(QUESTION, max_new_tokens=3)
             assert answer.retrieval_ms is not None and answer.retrieved_tokens > 0
             assert_same_memory(before, s.memory)  # bit for bit, on the same storage
-            assert all(torch.equal(a, b) for a, b in zip(store_before, _store_state(s.store), strict=True))
+            assert all(torch.equal(a, b) for a, b in zip(store_before, _store_state(s.question.store), strict=True))
             device.add(s.memory.cache_bytes())
             storage.add(tuple(s.memory.storage()))
     assert len(device) == 1 and len(storage) == 1
-    assert s.memory.slots <= window and len(s.store) > len(s.memory.kv_layers[0].frames.unique())
+    assert s.memory.slots <= window and len(s.question.store) > len(s.memory.kv_layers[0].frames.unique())
 
 
 def test_the_host_cap_and_the_positions_stop_the_stream(llava_lm):
     s = _session(llava_lm, "rekv", budget=150, host_cap_bytes=1)
     with pytest.raises(StreamBound, match="host store reached its cap"):
         s.ingest(random_chunk(0, 2))
-    assert s.frames_seen == 0 and len(s.store) == 0
+    assert s.frames_seen == 0 and len(s.question.store) == 0
     short = StreamingSession(
         llava_lm, HermesConfig(budget=150, chunk_frames=2, fps=1.0, max_positions=800, position_margin=100), "rekv"
     )
@@ -294,9 +294,13 @@ def test_eager_reindexing_never_moves_rekv_positions(llava_lm):
         s.ingest(random_chunk(i, 2))
     layer = s.memory.kv_layers[0]
     held = [
-        (b, int(s.store.block_length[b])) for b in range(len(s.store)) if int(s.store.block_frame[b]) in layer.frames
+        (b, int(s.question.store.block_length[b]))
+        for b in range(len(s.question.store))
+        if int(s.question.store.block_frame[b]) in layer.frames
     ]
-    assert held and torch.equal(layer.positions, s.store.positions(held))  # the window sits where it was computed
+    assert held and torch.equal(
+        layer.positions, s.question.store.positions(held)
+    )  # the window sits where it was computed
 
 
 def test_eval_skips_questions_past_rekv_bound_with_the_reason(llava_lm, eval_videos, tmp_path):

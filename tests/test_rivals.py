@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
+from hermes.engine.methods import PolicyError, make_policy, parse_policy, policy_names
 from hermes.memory.cache import ChunkMeta, HermesCache, rank_within_frame
 from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import POLICY_NAMES, PolicyError, make_policy, parse_policy
 from hermes.memory.rivals.dtd import DifferentialDrop
 from hermes.memory.rivals.infinipot import TarVan
 from hermes.memory.rivals.sink import SinkWindow
@@ -86,11 +86,12 @@ def test_bad_parameters_fail_clearly(params, words):
 
 
 def test_names_compose_and_parameters_reach_their_dataclass():
-    assert parse_policy("Hermes+DTD") == ("hermes", ("dtd",))
+    spec = parse_policy("Hermes+DTD")
+    assert spec == "hermes+dtd" and (spec.method.name, [f.name for f in spec.filters]) == ("hermes", ["dtd"])
     pol = make_policy("fifo+dtd", HermesConfig(budget=7), {"dtd.threshold": 0.9})
     assert pol.name == "fifo+dtd" and pol.input_filter == DifferentialDrop(0.9) and pol.capacity == 7
     assert make_policy("infinipot-v", HermesConfig(), {"infinipot-v.tar_ratio": "0.25"}).scorer == TarVan(0.25)
-    assert {"sink", "infinipot-v", "streammem", "hermes+dtd", "fifo+dtd"} <= set(POLICY_NAMES)
+    assert {"sink", "infinipot-v", "streammem", "hermes+dtd", "fifo+dtd"} <= set(policy_names())
     with pytest.raises(PolicyError, match="below the budget"):
         make_policy("sink", HermesConfig(budget=4))
 
@@ -255,7 +256,7 @@ def test_dtd_drops_patches_that_match_the_previous_frame():
     frames = torch.tensor([0] * 4 + [1] * 4 + [2] * 4 + [2])
     visual = torch.tensor([True] * 12 + [False])
     patches = rank_within_frame(frames)
-    keep, last = DifferentialDrop(0.5).keep(features, frames, patches, visual)
+    keep, last = DifferentialDrop(0.5).select(features, frames, patches, visual)
     # By hand: frame 0 kept whole; frame 1 keeps patch 3 only; frame 2 keeps patch 0 only; text kept.
     assert (~keep).nonzero().squeeze(1).tolist() == [4, 5, 6, 9, 10, 11]
     # Independent: cosine against the same patch of the previous frame as encoded (not as kept).
@@ -263,7 +264,7 @@ def test_dtd_drops_patches_that_match_the_previous_frame():
         cos = torch.nn.functional.cosine_similarity(features[t], features[t - 4], dim=0)
         assert bool(keep[t]) == (float(cos) <= 0.5)
     # The next chunk compares its first frame with this chunk's last one.
-    keep2, _ = DifferentialDrop(0.5).keep(
+    keep2, _ = DifferentialDrop(0.5).select(
         f2.clone(), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4, dtype=torch.bool), last
     )
     assert not keep2.any()

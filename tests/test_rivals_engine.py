@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hermes.engine.chunk import Chunk
+from hermes.engine.methods import PolicyError
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import PolicyError
 from tests.helpers import assert_same_memory, memory_state, random_chunk
 
 FRAMES = 2  # per chunk: small, and even for the Qwen backbones

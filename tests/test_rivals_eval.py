@@ -88,7 +88,7 @@ def test_stream_and_bench_refuse_bad_policies_before_anything_starts(bad, capsys
 
 
 def test_stream_settings_take_every_policy_and_two_or_three_compared():
-    from hermes.memory.policies import PolicyError
+    from hermes.engine.methods import PolicyError
     from hermes.serving import StreamSettings
 
     assert StreamSettings(compare=True).policies == ("hermes", "fifo")  # the default pair

@@ -71,7 +71,7 @@ def printable(text: str) -> str:
 
 def answer_message(event: AnswerEvent, compare: bool) -> dict:
     """The chat message of one policy's answer so far; the finished one carries its timings."""
-    label = f"**{figures.LABELS.get(event.policy, event.policy)}** · " if compare else ""
+    label = f"**{event.policy.label}** · " if compare else ""
     text = printable(event.text) or "…"
     if event.interrupted:
         text += "\n\n*(interrupted: the stream was reset)*"
@@ -89,7 +89,7 @@ def answer_message(event: AnswerEvent, compare: bool) -> dict:
 def alert_message(alert: Alert, compare: bool) -> dict:
     """The chat message of a standing question that fired: marked as an alert, with the stream
     time, p(yes), the short answer and the frame the memory had just seen."""
-    label = f" · {figures.LABELS.get(alert.policy, alert.policy)}" if compare else ""
+    label = f" · {alert.policy.label}" if compare else ""
     text = (
         f"🔔 **Alert**{label} · {alert.at_s:.0f} s (frame {alert.frames_seen - 1}) · p(yes) {alert.p_yes:.2f}\n\n"
         f"*{alert.question}* {printable(alert.text) or '…'}"
@@ -140,8 +140,9 @@ def status_text(stream: LiveStream) -> str:
     if status.dropped_frames:
         parts.append(f"{status.dropped_frames} webcam frames dropped (model busy)")
     for policy, kept in view.frames_in_memory.items():
-        name = figures.LABELS.get(policy, policy)
-        parts.append(f"{name}: {kept} frames in memory, {view.snapshots[policy].cache_bytes / figures.MB:.1f} MB")
+        parts.append(
+            f"{policy.label}: {kept} frames in memory, {view.snapshots[policy].cache_bytes / figures.MB:.1f} MB"
+        )
     text = head + "  \n" + " · ".join(parts)
     if (lag := behind_text(status, view)) is not None:
         text += f"  \n🐢 {lag}"

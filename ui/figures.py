@@ -12,7 +12,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hermes.serving import (
-    POLICIES,
+    ATTENTION,
+    BUDGET,
+    HOST,
     AttentionLayers,
     ChunkRecord,
     FrameTokens,
@@ -28,27 +30,6 @@ MAX_SLOT_POINTS = 160
 MAX_HISTORY_POINTS = 300
 MB = 1024 * 1024
 
-_METHOD_LABELS = {
-    "hermes": "HERMES",
-    "fifo": "FIFO",
-    "full": "Full cache",
-    "sink": "Sink + window",
-    "infinipot-v": "InfiniPot-V",
-    "streammem": "StreamMem",
-    "rekv": "ReKV",
-}
-_METHOD_COLORS = {
-    "hermes": "#4f46e5",
-    "fifo": "#ea580c",
-    "full": "#0f766e",
-    "sink": "#a16207",
-    "infinipot-v": "#be185d",
-    "streammem": "#15803d",
-    "rekv": "#7c3aed",
-}
-# Every policy name the app offers: a method, or a method with +dtd (drawn in its method's colour).
-LABELS = {p: " + ".join(_METHOD_LABELS.get(part, part.upper()) for part in p.split("+")) for p in POLICIES}
-COLORS = {p: _METHOD_COLORS.get(p.split("+")[0], "#374151") for p in POLICIES}
 # One colour per standing question (at most four), in the order they were added.
 WATCH_COLORS = ("#db2777", "#0891b2", "#65a30d", "#9333ea")
 TIER_COLORS = {Tier.SENSORY: "#0ea5e9", Tier.WORKING: "#8b5cf6", Tier.LONG_TERM: "#be123c"}
@@ -128,7 +109,7 @@ def retained_map_figure(view: LiveView) -> go.Figure:
         cols=len(policies),
         shared_yaxes=True,
         horizontal_spacing=0.04,
-        subplot_titles=[f"{LABELS.get(p, p)} memory" for p in policies] if len(policies) > 1 else None,
+        subplot_titles=[f"{p.label} memory" for p in policies] if len(policies) > 1 else None,
     )
     for col, policy in enumerate(policies, start=1):
         snap = view.snapshots[policy]
@@ -235,11 +216,14 @@ def binned_profile(weights: np.ndarray, most: int = MAX_SLOT_POINTS) -> tuple[np
 
 
 def attention_figure(view: LiveView) -> go.Figure:
-    """Guidance attention over the cached slots, in stream order, for a shallow, middle and deep layer."""
-    snap = view.snapshots.get("hermes")
-    if snap is None:
-        return placeholder("The FIFO and full-cache policies run no guidance pass: no attention to show.", 330)
-    record = view.attention.get("hermes")  # per layer: (stream ids, weights) or None
+    """Guidance attention over the cached slots, in stream order, for a shallow, middle and deep layer
+    of the first policy that measures attention (HERMES's guidance prompt, StreamMem's template)."""
+    measuring = [p for p in view.snapshots if ATTENTION in p.plots]
+    if not measuring:
+        names = " and ".join(p.label for p in view.snapshots) or "These policies"
+        return placeholder(f"{names} measure no attention over the memory: no profile to show.", 330)
+    policy = next((p for p in measuring if p in view.attention), measuring[0])
+    snap, record = view.snapshots[policy], view.attention.get(policy)  # per layer: (stream ids, weights) or None
     layers = profile_layers(snap, record) if record is not None else []
     if not layers:
         return placeholder("The attention profile appears at the first compression (when the memory is full).", 330)
@@ -248,7 +232,11 @@ def attention_figure(view: LiveView) -> go.Figure:
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.1,
-        subplot_titles=[f"layer {snap.layer_names()[i]} · {snap.layers[i].tier.value}" for i in layers],
+        subplot_titles=[
+            f"{policy.label + ' · ' if len(view.snapshots) > 1 else ''}layer {snap.layer_names()[i]} · "
+            f"{snap.layers[i].tier.value}"
+            for i in layers
+        ],
     )
     for row, i in enumerate(layers, start=1):
         x, y = binned_profile(record[i][1].astype(float))
@@ -309,8 +297,7 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
         )
     for policy in view.snapshots:
         answers = [a for a in view.answers if a.policy == policy]
-        color = COLORS.get(policy, "#374151")
-        name = LABELS.get(policy, policy)
+        color, name = policy.colour, policy.label
         if answers:  # an empty line trace makes plotly.js draw NaN paths (console errors)
             fig.add_trace(
                 go.Scatter(
@@ -340,7 +327,7 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             row=1,
             col=2,
         )
-        if any(policy in r.host_bytes for r in records):  # rekv: every frame in host memory, its own line
+        if HOST in policy.plots:  # rekv: every frame in host memory, its own line
             fig.add_trace(
                 go.Scatter(
                     x=[r.frames_seen for r in records],
@@ -353,10 +340,9 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
                 row=1,
                 col=2,
             )
-    # A retrieval policy's (ReKV's) bound includes the room for the frames a question brings back,
-    # which the line would take for |M|: only the policies that keep a fixed cache draw it.
-    retrieving = set(view.history[-1].host_bytes) if view.history else set()  # every chunk reports it
-    budgets = [b for policy, b in view.budget_bytes.items() if policy != "full" and policy not in retrieving]
+    # Only the policies held at the budget draw it: a full cache has none, and ReKV's bound includes
+    # the room for the frames a question brings back, which the line would take for |M|.
+    budgets = [b for policy, b in view.budget_bytes.items() if BUDGET in policy.plots]
     if budgets:  # HERMES and FIFO share |M|: one line, at the larger of their caches
         fig.add_hline(
             y=max(budgets) / MB,
@@ -419,7 +405,7 @@ def watch_figure(view: LiveView) -> go.Figure:
             points = _thin_points([p for p in view.watch_history if p.question == question and p.policy == policy])
             if not points:
                 continue
-            name = short(question) + (f" · {LABELS.get(policy, policy)}" if len(policies) > 1 else "")
+            name = short(question) + (f" · {policy.label}" if len(policies) > 1 else "")
             dash = "solid" if policy == policies[0] else "dash"
             fig.add_trace(
                 go.Scatter(

@@ -10,13 +10,14 @@ import gradio as gr
 from hermes.serving import (
     MAX_COMPARED,
     MAX_STANDING,
-    POLICIES,
     SPEEDS,
     StreamRegistry,
     StreamSettings,
     Tier,
     VideoLM,
     layer_tiers,
+    policy_help,
+    policy_names,
 )
 from ui import figures
 from ui.callbacks import DEFAULT_SAMPLE, FRAME_LABEL, SAMPLES, Callbacks
@@ -169,21 +170,18 @@ def build_app(
                 status = gr.Markdown("**Idle** · pick a source and press Start", elem_id="status", label="status")
                 with gr.Accordion("Settings (applied at the next Start or Reset)", open=False):
                     policy = gr.Dropdown(
-                        list(POLICIES),
-                        value=s.policy,
+                        list(policy_names()),
+                        value=str(s.policy),
                         label="Memory policy",
-                        info="hermes: hierarchical memory · fifo: newest tokens only · full: no eviction · "
-                        "sink: first tokens + window · infinipot-v: redundancy + value norm · streammem: "
-                        "template attention + frame prototypes · rekv: a window, every frame in host memory, "
-                        "retrieval per question · +dtd: drop static patches before the model",
+                        info=policy_help(),
                         elem_id="policy",
                     )
                     compare = gr.Checkbox(
                         value=s.compare, label="Compare policies side by side (one cache each)", elem_id="compare"
                     )
                     compare_policies = gr.Dropdown(
-                        list(POLICIES),
-                        value=list(s.compare_policies),
+                        list(policy_names()),
+                        value=[str(p) for p in s.compare_policies],
                         multiselect=True,
                         max_choices=MAX_COMPARED,
                         label=f"Policies to compare (2 to {MAX_COMPARED})",

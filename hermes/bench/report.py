@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hermes.bench.run import OK, BenchResult, Point, spread
+from hermes.engine.methods import BUDGET, FULL, HERMES, as_spec
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,6 @@ TARGETS: dict[str, Target] = {
     "dtd_dropped": Target(">=", 0.5, "the share of tokens +dtd drops on a static clip"),
     "dtd_ingest": Target(">", 1.0, "ingest frames/s with +dtd over without"),
 }
-# Policies held to rival_ttft: those that answer from a device cache kept at the budget.
-BUDGETED_RIVALS = ("fifo", "sink", "infinipot-v", "streammem")
 # The frame count at which the full cache is held to its target.
 FULL_TARGET_FRAMES = 512
 
@@ -77,7 +76,7 @@ def _median(point: Point | None, key: str = "ttft_ms") -> float | None:
 
 
 def _ttft_ratio(result: BenchResult, hi: int, lo: int, target: str, past: str = "") -> Headline | None:
-    a, b = _median(result.point("hermes", hi)), _median(result.point("hermes", lo))
+    a, b = _median(result.point(HERMES, hi)), _median(result.point(HERMES, lo))
     if a is None or b is None:
         return None
     return Headline(
@@ -98,10 +97,10 @@ def headlines(result: BenchResult) -> list[Headline]:
         if len(past) > 1 and past[0] != lo
         else None,
     ]
-    reached = [f for f in frames if _median(result.point("full", f)) is not None]
+    reached = [f for f in frames if _median(result.point(FULL, f)) is not None]
     # The largest count full reached, and the target's count when that is a different one.
     for at in sorted({reached[-1], FULL_TARGET_FRAMES} & set(reached)) if reached else []:
-        full, hermes = _median(result.point("full", at)), _median(result.point("hermes", at))
+        full, hermes = _median(result.point(FULL, at)), _median(result.point(HERMES, at))
         if hermes is not None:
             largest = " (the largest count full reached)" if at == reached[-1] else ""
             text = f"{full:.2f} ms / {hermes:.2f} ms = {full / hermes:.1f}x"
@@ -114,7 +113,7 @@ def headlines(result: BenchResult) -> list[Headline]:
                     at == FULL_TARGET_FRAMES,
                 )
             )
-    sizes = {p.frames: p.cache_bytes for f in past if (p := result.point("hermes", f)) and p.cache_bytes is not None}
+    sizes = {p.frames: p.cache_bytes for f in past if (p := result.point(HERMES, f)) and p.cache_bytes is not None}
     if sizes:
         name = f"hermes cache bytes past the budget ({', '.join(map(str, sizes))} frames)"
         out.append(
@@ -125,14 +124,13 @@ def headlines(result: BenchResult) -> list[Headline]:
 
 
 def _rivals(result: BenchResult) -> list[Headline]:
-    """Each budgeted rival's TTFT over HERMES's at 512 frames; for each X+dtd, the share of tokens
-    dropped (held to its target on a static clip only) and its ingest frames/s over X's."""
+    """Each rival held at the budget: its TTFT over HERMES's at 512 frames; for each X+dtd, the share
+    of tokens dropped (held to its target on a static clip only) and its ingest frames/s over X's."""
     out = []
-    hermes = _median(result.point("hermes", FULL_TARGET_FRAMES))
-    policies = list(dict.fromkeys(p.policy for p in result.points))
-    for policy in policies:
-        base = policy.split("+")[0]
-        if base in BUDGETED_RIVALS and hermes:
+    hermes = _median(result.point(HERMES, FULL_TARGET_FRAMES))
+    for policy in dict.fromkeys(as_spec(p.policy) for p in result.points):
+        base = policy.base
+        if BUDGET in policy.plots and base != HERMES and hermes:
             ttft = _median(result.point(policy, FULL_TARGET_FRAMES))
             if ttft is not None:
                 name = f"{policy} TTFT / hermes TTFT at {FULL_TARGET_FRAMES} frames"
@@ -141,7 +139,7 @@ def _rivals(result: BenchResult) -> list[Headline]:
                         name, ttft / hermes, f"{ttft:.2f} ms / {hermes:.2f} ms = {ttft / hermes:.2f}x", "rival_ttft"
                     )
                 )
-        if policy.endswith("+dtd"):
+        if policy.filters:
             points = [p for p in result.points if p.policy == policy and p.status == OK]
             encoded = sum(sum(p.tokens) + sum(p.dropped) for p in points)
             if encoded:
@@ -168,7 +166,7 @@ def _compression(result: BenchResult) -> Headline | None:
     steady = [
         (c, p, g)
         for point in result.points
-        if point.policy == "hermes"
+        if point.policy == HERMES
         for c, p, g, e in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, point.evicted, strict=True)
         if e > 0
     ]
@@ -187,7 +185,7 @@ def _compression(result: BenchResult) -> Headline | None:
 def _ingest(result: BenchResult) -> Headline | None:
     meta = result.meta
     target = f"ingest_{meta.get('device_type')}"
-    fps = _ingest_fps(result, "hermes")
+    fps = _ingest_fps(result, HERMES)
     if fps is None or target not in TARGETS:
         return None
     name = f"hermes ingest frames/s (prefill + compression, chunks of {meta['chunk_frames']} frames)"
@@ -271,7 +269,7 @@ def render_comparison(results: list[BenchResult]) -> str:
     for result in results:
         meta = result.meta
         ingest = _ingest(result)
-        hermes = [p for p in result.points if p.policy == "hermes" and p.cache_bytes is not None]
+        hermes = [p for p in result.points if p.policy == HERMES and p.cache_bytes is not None]
         cache = _mib(hermes[-1].cache_bytes) if hermes else "-"
         lines.append(
             f"| {meta['model']} | {_layers_label(meta)} | {meta['tokens_per_frame']:g} "
@@ -349,7 +347,7 @@ def rivals_table(result: BenchResult) -> list[str]:
     cache, ingest frames/s, compression per chunk and the tokens an input filter dropped. Empty
     unless the run has HERMES and another policy."""
     policies = list(dict.fromkeys(p.policy for p in result.points))
-    if "hermes" not in policies or len(policies) < 2:
+    if HERMES not in policies or len(policies) < 2:
         return []
     label = _memory_label(result.meta)
     lines = [
@@ -361,7 +359,7 @@ def rivals_table(result: BenchResult) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in result.points:
-        h = result.point("hermes", p.frames)
+        h = result.point(HERMES, p.frames)
         if p.status != OK:
             lines.append(f"| {p.policy} | {p.frames} | {p.status} | | | | | | | | | |")
             continue
@@ -386,7 +384,7 @@ def retrieval_table(result: BenchResult) -> list[str]:
     its retrieval part, the device cache at its peak (window plus frames brought back), host memory,
     and ratios. Empty unless the run has HERMES and a retrieval policy."""
     retrieving = list(dict.fromkeys(p.policy for p in result.points if p.host_bytes is not None))
-    if not retrieving or not any(p.policy == "hermes" for p in result.points):
+    if not retrieving or not any(p.policy == HERMES for p in result.points):
         return []
     lines = [
         "",
@@ -398,12 +396,12 @@ def retrieval_table(result: BenchResult) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in result.points:
-        if p.policy not in ("hermes", *retrieving):
+        if p.policy not in (HERMES, *retrieving):
             continue
         if p.status != OK:
             lines.append(f"| {p.policy} | {p.frames} | {p.status}: {p.note} | | | | | | |")
             continue
-        h = result.point("hermes", p.frames)
+        h = result.point(HERMES, p.frames)
         ok = h is not None and h.status == OK
         ttft, base, fetch = _median(p), _median(h) if ok else None, _median(p, "retrieval_ms")
         total = (p.device_bytes or 0) + (p.host_bytes or 0)

@@ -29,16 +29,16 @@ import psutil
 import torch
 
 from hermes.engine.chunk import Chunk
+from hermes.engine.methods import FULL, HERMES, PolicySpec, parse_policies, policy_names
 from hermes.engine.metrics import free_cached_memory, memory_reading
 from hermes.engine.session import ChunkReport, StreamBound, StreamingSession
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import POLICY_NAMES, check_policies, make_policy, params_for, parse_policy
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
 from hermes.serving.admission import host_memory_cap, memory_cap_for
 
 DEFAULT_BENCH_MODEL = "tiny"
-DEFAULT_POLICIES = ("hermes", "fifo", "full")
+DEFAULT_POLICIES = (HERMES, "fifo", FULL)
 DEFAULT_FRAMES = (16, 64, 256, 512, 1024)
 DEFAULT_REPEATS = 5  # x 3 questions: 15 samples per point, so that the median shrugs off a noisy neighbour
 DEFAULT_MAX_NEW_TOKENS = 16
@@ -140,7 +140,7 @@ class Point:
 class BenchSettings:
     """Everything a run depends on besides the model."""
 
-    policies: tuple[str, ...] = DEFAULT_POLICIES
+    policies: tuple[str, ...] = DEFAULT_POLICIES  # parsed into `PolicySpec`s
     frames: tuple[int, ...] = DEFAULT_FRAMES
     config: HermesConfig = field(default_factory=HermesConfig)
     repeats: int = DEFAULT_REPEATS
@@ -155,8 +155,8 @@ class BenchSettings:
 
     def __post_init__(self) -> None:
         if not self.policies:
-            raise ValueError(f"--policies needs at least one of {', '.join(POLICY_NAMES)}")
-        self.policies = tuple(check_policies(self.policies, self.config, self.params))
+            raise ValueError(f"--policies needs at least one of {', '.join(policy_names())}")
+        self.policies = parse_policies(self.policies, self.config, self.params)
         if not self.frames or min(self.frames) < 1:
             raise ValueError("--frames needs positive frame counts, for example 16,64,256")
         self.frames = tuple(sorted(set(self.frames)))
@@ -238,24 +238,21 @@ def warm_up(lm: VideoLM, settings: BenchSettings) -> None:
 
 def run_policy(
     lm: VideoLM,
-    policy: str,
+    policy: PolicySpec,
     settings: BenchSettings,
     memory_cap: int,
     on_frames: Callable[[int], None] = lambda n: None,
 ) -> list[Point]:
     """Stream one policy to its largest frame count, measuring at each requested count."""
     config = settings.config
-    full = parse_policy(policy)[0] == "full"
-    retrieves = make_policy(policy, config, params_for(policy, settings.params)).retrieval is not None
-    if full or retrieves:  # neither compacts positions: run past the trained context, as speed allows
+    built = policy.build(config)
+    if built.positions_grow:  # positions never compacted: run past the trained context, as speed allows
         config = config.with_(max_positions=UNBOUNDED_POSITIONS)
-    limit = settings.full_max_frames if full else None
+    limit = settings.full_max_frames if built.capacity is None else None
     device = lm.device
     free_cached_memory(device)
     _reset_peak(device)
-    session = StreamingSession(
-        lm, config, policy=policy, params=params_for(policy, settings.params), host_cap_bytes=host_memory_cap()
-    )
+    session = StreamingSession(lm, config, policy=policy, host_cap_bytes=host_memory_cap())
     per_token = lm.kv_bytes_per_token
     rng = np.random.default_rng(settings.seed)
     points: list[Point] = []
@@ -320,7 +317,7 @@ def run_policy(
         point.dropped = [r.dropped for r in window]
         point.ingested_frames = session.frames_seen - window_start
         point.cache_bytes = session.memory.cache_bytes()
-        if retrieves:
+        if built.question.keeps_host_store:
             point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
         point.memory_bytes = _memory(device)
         point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
@@ -353,7 +350,7 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
     warm_up(lm, settings)
     largest = settings.frames[-1]
     limits = {
-        p: min(largest, settings.full_max_frames or largest) if parse_policy(p)[0] == "full" else largest
+        p: min(largest, settings.full_max_frames or largest) if p.build(settings.config).capacity is None else largest
         for p in settings.policies
     }
     points: list[Point] = []

@@ -62,7 +62,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         DEFAULT_POLICIES,
         DEFAULT_REPEATS,
     )
-    from hermes.memory.policies import POLICY_NAMES
+    from hermes.engine.methods import policy_names
 
     p = sub.add_parser(
         "bench",
@@ -83,7 +83,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument(
         "--policies",
         default=",".join(DEFAULT_POLICIES),
-        help=f"comma-separated, from {', '.join(POLICY_NAMES)} (default: %(default)s)",
+        help=f"comma-separated, from {', '.join(policy_names())} (default: %(default)s)",
     )
     add_param_option(p)
     p.add_argument(

@@ -64,13 +64,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate a model on a benchmark's annotation file and print per-task accuracy."""
     from pathlib import Path
 
+    from hermes.engine.methods import parse_policies
     from hermes.engine.session import StreamingSession
     from hermes.eval.formats import BENCHES
     from hermes.eval.harness import EvalSettings, run_eval
     from hermes.eval.policies import PolicyGroup
     from hermes.eval.shard import Shard
     from hermes.eval.summary import official_scores, render_official, render_summary
-    from hermes.memory.policies import check_policies, params_for
     from hermes.models.loading import load_video_lm, set_threads
 
     spec = BENCHES[args.bench]
@@ -87,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     params = parse_params(args.param)
     names = [n.strip() for n in (args.policies or args.policy).split(",") if n.strip()]
     # Checked before the model loads, with the options.
-    policies = check_policies(names, config_from_args(args, default_reindex=spec.reindex), params)
+    policies = parse_policies(names, config_from_args(args, default_reindex=spec.reindex), params)
     shard = Shard.from_env()  # RANK and WORLD_SIZE from torchrun or accelerate launch
     placement = model_options(args)
     if shard.sharded and placement["device"] is None and placement["device_map"] is None:
@@ -100,9 +100,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results-{args.bench}.jsonl")
     settings = EvalSettings(max_new_tokens=args.max_new_tokens, limit=args.limit)
     sessions = {
-        name: StreamingSession(
-            lm, config, policy=name, max_question_chars=settings.max_question_chars, params=params_for(name, params)
-        )
+        name: StreamingSession(lm, config, policy=name, max_question_chars=settings.max_question_chars)
         for name in policies
     }
     if args.policies is not None:

@@ -31,10 +31,12 @@ def add_memory_options(
     """
     p.add_argument("--model", default=model_default, help=model_help)
     if policy:
-        from hermes.memory.policies import POLICY_NAMES
+        from hermes.engine.methods import DEFAULT_POLICY, policy_names
 
         p.add_argument(
-            "--policy", default="hermes", help=f"memory policy, one of {', '.join(POLICY_NAMES)} (default: %(default)s)"
+            "--policy",
+            default=DEFAULT_POLICY,
+            help=f"memory policy, one of {', '.join(policy_names())} (default: %(default)s)",
         )
         add_param_option(p)
     p.add_argument("--budget", type=int, default=HermesConfig.budget, help="video tokens kept per layer, |M|")

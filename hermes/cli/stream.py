@@ -50,28 +50,24 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def checked_params(args: argparse.Namespace) -> dict[str, str]:
-    """--param as a dict, once --policy and it are checked (before the video opens or the model loads)."""
-    from hermes.memory.policies import check_policies
+def parsed_policy(args: argparse.Namespace):
+    """--policy with its --param, parsed and checked (before the video opens or the model loads)."""
+    from hermes.engine.methods import parse_policies
 
-    params = parse_params(args.param)
-    check_policies([args.policy], config_from_args(args), params)
-    return params
+    return parse_policies([args.policy], config_from_args(args), parse_params(args.param))[0]
 
 
-def _session(args: argparse.Namespace):
+def _session(args: argparse.Namespace, policy):
     import os
 
     from hermes.engine.session import StreamingSession
     from hermes.models.loading import DEFAULT_MODEL, load_video_lm
     from hermes.serving.admission import host_memory_cap
 
-    params = checked_params(args)
     placement = model_options(args)
     lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, **placement)
     config = config_from_args(args, lm.default_fps)
-    host_cap = host_memory_cap(args.host_cap_mb)
-    return StreamingSession(lm, config, policy=args.policy, params=params, host_cap_bytes=host_cap)
+    return StreamingSession(lm, config, policy=policy, host_cap_bytes=host_memory_cap(args.host_cap_mb))
 
 
 def _answer_json(event, alert: bool = False) -> str:
@@ -156,9 +152,9 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     questions = [parse_ask(a) for a in args.ask]
     _check_watches(args)
-    checked_params(args)
+    policy = parsed_policy(args)
     info = check_start(args.video, config_from_args(args).fps)  # a bad file fails before the model loads
-    session = _session(args)
+    session = _session(args, policy)
     session.standing.set_threshold(args.watch_threshold)
     session.standing.answer_tokens = args.max_new_tokens
     for question in args.watch:

@@ -82,7 +82,7 @@ def top_logprobs(lm: VideoLM, logp: torch.Tensor, k: int = 5) -> list[tuple[str,
 class MemoryReader:
     """Questions read from the memory as it is now; what the session that subclasses it provides:
     `lm`, `memory`, `frames_seen`, `stream_time_s`, `answers`, `last_turn`, `max_question_chars`,
-    `last_retrieval`, `next_position()`, `host_bytes()`, `frames_in_memory()` and
+    `question`, `next_position()`, `host_bytes()`, `frames_in_memory()` and
     `_forward_question()`."""
 
     lm: VideoLM
@@ -112,9 +112,8 @@ class MemoryReader:
             token = int(logp.argmax())
             t_first = now_ms(device)
             update = self.first_update(q, logp, t_first - t0)
-            if self.last_retrieval is not None:
-                cost = self.last_retrieval
-                update.retrieval_ms, update.retrieved_tokens, update.retrieved_bytes = cost.ms, cost.tokens, cost.bytes
+            cost = self.question.cost()
+            update.retrieval_ms, update.retrieved_tokens, update.retrieved_bytes = cost.ms, cost.tokens, cost.bytes
             generated: list[int] = []
             eos = self.lm.eos_token_ids
             while token not in eos and len(generated) < max_new_tokens:

@@ -240,10 +240,11 @@ class BatchDecoder:
         """Queue `question` on `session` to join the batch at the next step. TTFT runs from here."""
         if session.lm is not self.lm:
             raise ValueError("every session of a batch must run on the batch's model")
-        if session.policy.retrieval is not None:
+        if not session.policy.question.batchable:
             raise ValueError(
-                f"{session.policy.name} questions are answered one at a time (StreamingSession.ask_stream): each "
-                "layer brings back its own frames for each question, so a row would not be a copy of its memory"
+                f"{session.policy.name} questions are answered one at a time (StreamingSession.ask_stream): its "
+                "question-time step brings in its own tokens for each question, so a row would not be a copy of "
+                "its memory"
             )
         q = session.check_question(question)
         row = BatchRow(session, q, max_new_tokens, self.lm.question_ids(q), tag, now_ms(self.lm.device))

@@ -19,6 +19,7 @@ import torch
 
 from hermes.engine.guidance import head_queries
 from hermes.engine.metrics import now_ms
+from hermes.engine.policy import QuestionCost, QuestionState, QuestionStep
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rivals.rekv import FrameRetrieval
@@ -26,14 +27,30 @@ from hermes.models.base import VideoLM
 
 
 @dataclass
-class RetrievalCost:
+class RetrievalCost(QuestionCost):
     """What one question's retrieval cost: the similarity search and the host-to-device copy
     summed over layers, the tokens each layer brought back, and their bytes over all layers."""
 
-    ms: float = 0.0
-    tokens: int = 0
-    bytes: int = 0
+    ms: float | None = 0.0
     frames: dict[int, list[int]] = field(default_factory=dict)  # per layer, the frames brought back
+
+
+@dataclass(frozen=True)
+class Retrieval(QuestionStep):
+    """ReKV's question-time step: every frame kept in host memory, each layer's best `top_k` frames
+    brought back per question (`HostRetrieval`, per stream)."""
+
+    rule: FrameRetrieval
+    batchable = False  # each layer brings back its own frames: a row would not be a copy of the memory
+    keeps_host_store = True
+    keeps_positions = True  # frames come back unrotated, at the positions they were computed at
+
+    def device_room(self, block_tokens: int) -> int:
+        """`top_k` frame blocks of at most `block_tokens` tokens each."""
+        return self.rule.top_k * block_tokens
+
+    def start(self, memory: HermesCache, name: str, host_cap: int | None) -> HostRetrieval:
+        return HostRetrieval(self.rule, memory, name, host_cap)
 
 
 def candidate_blocks(memory: HermesCache, store: HostStore) -> torch.Tensor:
@@ -99,7 +116,7 @@ class FrameRetriever:
         return hook
 
 
-class HostRetrieval:
+class HostRetrieval(QuestionState):
     """A retrieval policy's side of a session (ReKV): the host store of every frame and its cap,
     the device room its questions take, and the question's forward with the frames brought back.
 
@@ -111,7 +128,11 @@ class HostRetrieval:
         self.name = name
         self.cap_bytes = cap_bytes
         self.store = HostStore(memory.rope)
-        self.last: RetrievalCost | None = None  # the last question's
+        self.last = RetrievalCost()  # the last question's
+
+    def start_position(self, memory: HermesCache, tokens: int) -> int:
+        """After every frame held: positions are never compacted (see the class's note)."""
+        return self.next_position(memory)
 
     def next_position(self, memory: HermesCache) -> int:
         """Where new tokens go: after the window and after every frame of the store (the window
@@ -126,8 +147,9 @@ class HostRetrieval:
         _, counts = torch.unique_consecutive(frames, return_counts=True)
         return self.rule.top_k * int(counts.max())
 
-    def keep(self, memory: HermesCache, meta: ChunkMeta) -> None:
-        """Copy the chunk `meta` describes, just written after the memory, into the host store."""
+    def after_prefill(self, memory: HermesCache, meta: ChunkMeta) -> None:
+        """Copy the chunk `meta` describes, just written after the memory, into the host store
+        (every frame, as computed, before the window moves on)."""
         end, n = memory.get_seq_length(), len(meta)
         self.store.add(
             [(k[..., end - n :, :], v[..., end - n :, :]) for k, v in memory.kv()], meta.frames, meta.positions
@@ -154,6 +176,12 @@ class HostRetrieval:
                 f"({frames_seen:,} frames)."
             )
         return None
+
+    def host_bytes(self) -> int:
+        return self.store.nbytes()
+
+    def cost(self) -> RetrievalCost:
+        return self.last
 
     @staticmethod
     def _bytes_for(memory: HermesCache, tokens: int, frames: int) -> int:

@@ -24,16 +24,13 @@ from hermes.engine.answering import (
     validate_question,
 )
 from hermes.engine.chunk import Chunk
-from hermes.engine.filtering import FilteredInputs, check_input_filter
 from hermes.engine.guidance import guidance_prompt, probe_attention
+from hermes.engine.methods import DEFAULT_POLICY, as_spec
 from hermes.engine.metrics import memory_reading, now_ms
-from hermes.engine.retrieval import HostRetrieval, RetrievalCost
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import AttentionRecord, compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
-from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
 
@@ -94,7 +91,7 @@ class StreamingSession(MemoryReader):
         self,
         lm: VideoLM,
         config: HermesConfig | None = None,
-        policy: str = "hermes",
+        policy: str = DEFAULT_POLICY,
         max_question_chars: int = MAX_QUESTION_CHARS,
         params: Mapping[str, Any] | None = None,
         host_cap_bytes: int | None = None,
@@ -106,11 +103,9 @@ class StreamingSession(MemoryReader):
             config = config.with_(max_positions=lm.max_positions)
         self.lm = lm
         self.config = config
-        self.policy = make_policy(policy, config, params)
-        self.input_filter = None
-        if self.policy.input_filter is not None:
-            check_input_filter(lm, self.policy.name)
-            self.input_filter = FilteredInputs(lm, self.policy.input_filter)
+        # A name is parsed here, for a library caller; the front ends hand over a parsed spec.
+        self.policy = as_spec(policy, params).build(config)
+        self.input_filter = self.policy.inputs(lm)
         # Standing questions outlive a reset (they are the viewer's, not the stream's).
         self.standing = StandingQuestions(AnswerWords.for_lm(lm), max_chars=max_question_chars)
         self.reset()
@@ -132,12 +127,8 @@ class StreamingSession(MemoryReader):
         self.answers: list[AnswerUpdate] = []  # the last ANSWERS_KEPT
         self.last_turn: tuple[str, str] | None = None
         self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
-        if self.input_filter is not None:
-            self.input_filter.reset()
-        rule = self.policy.retrieval
-        self.retrieval = (
-            None if rule is None else HostRetrieval(rule, self.memory, self.policy.name, self.host_cap_bytes)
-        )
+        self.input_filter.reset()
+        self.question = self.policy.question.start(self.memory, self.policy.name, self.host_cap_bytes)
         self.standing.rearm()
 
     # -- streaming -----------------------------------------------------------------------
@@ -150,8 +141,7 @@ class StreamingSession(MemoryReader):
             pixels = np.concatenate([pixels, np.repeat(pixels[-1:], multiple - len(pixels) % multiple, axis=0)])
         inputs = self.lm.chunk_inputs(pixels, self.config.fps, chunk.timestamps)
         encoded = inputs.num_tokens
-        if self.input_filter is not None:
-            inputs = self.input_filter(inputs)
+        inputs = self.input_filter(inputs)
         ids = np.asarray(chunk.frame_ids)
         frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
         device = self.lm.device
@@ -162,28 +152,24 @@ class StreamingSession(MemoryReader):
         t0 = now_ms(device)
         self.memory.discard()  # a chunk follows the memory alone, never a reader's leftovers
         compactions = self.memory.compactions
-        # A lazy compaction may run here; never for a retrieval policy (see `HostRetrieval`).
-        start = self.memory.start_position(inputs.num_tokens) if self.retrieval is None else self.next_position()
+        start = self.question.start_position(self.memory, inputs.num_tokens)  # a lazy compaction may run here
         t_lazy = now_ms(device)
         lazy = self.memory.compactions > compactions
         positions = inputs.rel_positions + start
-        room = 0 if self.retrieval is None else self.retrieval.room(frame_ids)
-        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + room)
+        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + self.question.room(frame_ids))
         if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
             self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
             meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
-            if self.retrieval is not None:  # every frame to host memory, as computed, before the window moves on
-                self.retrieval.keep(self.memory, meta)
+            self.question.after_prefill(self.memory, meta)
             self.memory.commit(meta)
         t1 = now_ms(device)
         report, guidance_ms, reindex_ms = None, 0.0, t_lazy - t0 if lazy else 0.0
-        capacity = self.policy.capacity
-        if capacity is not None and self.memory.slots > capacity:
+        if self.policy.over_capacity(self.memory.slots):
             attention = self.guidance_attention()
             t_guided = now_ms(device)
             guidance_ms = t_guided - t1
             report = compress(self.memory, self.policy, attention)
-            if self.config.reindex == "eager" and self.retrieval is None:  # rekv keeps original positions
+            if self.config.reindex == "eager" and not self.policy.question.keeps_positions:
                 t_kept = now_ms(device)
                 self.memory.reindex()
                 reindex_ms += now_ms(device) - t_kept
@@ -250,38 +236,24 @@ class StreamingSession(MemoryReader):
         p, s = self.memory.prefix_len, self.memory.slots
         return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(tiers))]
 
-    # -- a retrieval policy's host store (ReKV) ------------------------------------------
-    @property
-    def store(self) -> HostStore | None:
-        """A retrieval policy's host store of every frame; None for other policies."""
-        return None if self.retrieval is None else self.retrieval.store
-
-    @property
-    def last_retrieval(self) -> RetrievalCost | None:
-        """What the last question's retrieval cost; None for other policies."""
-        return None if self.retrieval is None else self.retrieval.last
-
+    # -- the policy's question-time step -------------------------------------------------------
     def next_position(self) -> int:
-        """Where new tokens go: after the memory (and a retrieval policy's stored frames)."""
-        return self.memory.next_position if self.retrieval is None else self.retrieval.next_position(self.memory)
+        """Where new tokens go: after the memory (and whatever the question-time step keeps)."""
+        return self.question.next_position(self.memory)
 
     def host_bytes(self) -> int:
-        """Host memory of a retrieval policy's store; 0 for other policies."""
-        return 0 if self.store is None else self.store.nbytes()
+        """Host memory the policy's question-time step holds (ReKV's store of every frame)."""
+        return self.question.host_bytes()
 
     def bound_note(self, tokens: int) -> str | None:
-        """Why a next chunk of `tokens` tokens cannot go in (a retrieval policy's host cap or
-        positions); None when it can."""
-        if self.retrieval is None:
-            return None
-        return self.retrieval.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
+        """Why a next chunk of `tokens` tokens cannot go in (a bound of the policy: ReKV's host cap
+        or positions); None when it can."""
+        return self.question.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
 
     def _forward_question(self, ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """The model over question tokens after the memory, as scratch tokens; a retrieval policy
-        first brings back each layer's best frames (`HostRetrieval.forward`)."""
-        if self.retrieval is None:
-            return self.lm.forward(self.memory, ids, positions, **kwargs)
-        return self.retrieval.forward(self.lm, self.memory, ids, positions, **kwargs)
+        """The model over question tokens after the memory, as scratch tokens, through the policy's
+        question-time step (ReKV first brings back each layer's best frames)."""
+        return self.question.forward(self.lm, self.memory, ids, positions, **kwargs)
 
     def _guidance_ids(self) -> tuple[torch.Tensor, int]:
         """The guidance prompt's ids and the length of its global part. Tokenized again only when

@@ -34,7 +34,7 @@ class LayerInputs:
     stream_ids: torch.Tensor | None = None  # (num_slots,) global token index in the stream
     frames: torch.Tensor | None = None  # (num_slots,) frame index in the stream
     patches: torch.Tensor | None = None  # (num_slots,) token index within its frame (the adapter's layout)
-    keep: int | None = None  # video slots the layer keeps after this step
+    slots_kept: int | None = None  # video slots the layer keeps after this step
 
     @property
     def tier(self) -> Tier:

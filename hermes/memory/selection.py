@@ -37,7 +37,7 @@ class TopK:
         """Whether layers of `tier` fold evicted tokens into a summary slot."""
         return self.summary == "all" or (self.summary == "deep" and tier is Tier.LONG_TERM)
 
-    def keep(self, tier: Tier) -> int:
+    def video_slots(self, tier: Tier) -> int:
         """Video slots a layer of `tier` keeps."""
         return self.capacity - (1 if self.summarises(tier) else 0)
 
@@ -45,4 +45,4 @@ class TopK:
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The video slots a layer keeps (stream order), and no merge groups."""
-        return top_k(scores, ids, self.keep(tier)), []
+        return top_k(scores, ids, self.video_slots(tier)), []

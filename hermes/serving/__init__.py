@@ -4,6 +4,7 @@ The names below are what the UI (ui/, app.py) uses; it imports nothing from the 
 serving, so the types it draws from (snapshots, tiers, errors) are re-exported here.
 """
 
+from hermes.engine.methods import ATTENTION, BUDGET, HOST, PolicySpec, policy_help, policy_names
 from hermes.engine.session import QuestionError
 from hermes.engine.watch import MAX_STANDING, WatchError
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
@@ -14,18 +15,20 @@ from hermes.serving.answers import AnswerEvent, AnswerTicket
 from hermes.serving.live import LiveStream
 from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
 from hermes.serving.registry import StreamRegistry
-from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, POLICIES, SPEEDS, StreamSettings, layer_tiers
+from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
 
 __all__ = [
+    "ATTENTION",
+    "BUDGET",
     "COMPARE_POLICIES",
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
+    "HOST",
     "MAX_COMPARED",
     "MAX_STANDING",
-    "POLICIES",
     "SPEEDS",
     "Alert",
     "AnswerEvent",
@@ -38,6 +41,7 @@ __all__ = [
     "LiveStream",
     "LiveView",
     "MemorySnapshot",
+    "PolicySpec",
     "QuestionError",
     "StreamRegistry",
     "StreamSettings",
@@ -50,4 +54,6 @@ __all__ = [
     "WatchPoint",
     "layer_tiers",
     "load_model_or_fallback",
+    "policy_help",
+    "policy_names",
 ]

@@ -30,15 +30,15 @@ No Gradio here; `hermes.serving.registry` applies these numbers to the streams o
 from __future__ import annotations
 
 import os
+import weakref
 from collections import Counter
 
 import numpy as np
 import psutil
 import torch
 
-from hermes.engine.filtering import check_input_filter
+from hermes.engine.methods import PolicySpec
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM
 from hermes.serving.settings import StreamSettings
 from hermes.video.decoding import DEFAULT_MAX_SIDE
@@ -71,30 +71,35 @@ def full_slot_limit(lm: VideoLM, config: HermesConfig) -> int:
 
 def block_tokens_bound(lm: VideoLM) -> int:
     """Tokens one frame block (a frame, or a frame pair where the model merges them) takes at most:
-    square frames of the largest side the decoder hands over, chunk extras included."""
-    n = lm.frame_multiple
-    frames = np.zeros((n, DEFAULT_MAX_SIDE, DEFAULT_MAX_SIDE, 3), dtype=np.uint8)
-    return lm.chunk_inputs(frames, 1.0).num_tokens
+    square frames of the largest side the decoder hands over, chunk extras included. Measured once
+    per model (it runs the processor on full-size frames)."""
+    if lm not in _BLOCK_TOKENS:
+        n = lm.frame_multiple
+        frames = np.zeros((n, DEFAULT_MAX_SIDE, DEFAULT_MAX_SIDE, 3), dtype=np.uint8)
+        _BLOCK_TOKENS[lm] = lm.chunk_inputs(frames, 1.0).num_tokens
+    return _BLOCK_TOKENS[lm]
 
 
-def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
-    """Slots after the prefix that each layer holds once the budget is reached; for a retrieval
-    policy, with the frames a question brings back."""
-    made = make_policy(policy, config)
-    if made.capacity is None:
+_BLOCK_TOKENS: weakref.WeakKeyDictionary[VideoLM, int] = weakref.WeakKeyDictionary()
+
+
+def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: PolicySpec) -> int:
+    """Slots after the prefix that each layer holds once the budget is reached, with the room for
+    what a question brings in (ReKV's frames); for a policy without a budget, its bound."""
+    built = policy.build(config)
+    if built.capacity is None:
         return full_slot_limit(lm, config)
-    room = 0 if made.retrieval is None else made.retrieval.top_k * block_tokens_bound(lm)
-    return made.capacity + room
+    return built.capacity + built.question.device_room(block_tokens_bound(lm))
 
 
 def host_bytes_for(settings: StreamSettings) -> int:
-    """Host memory a stream's retrieval policies may keep their frames in: each its cap."""
+    """Host memory a stream's policies may keep frames in (ReKV's store): each its cap."""
     config = settings.config()
-    retrieving = sum(make_policy(p, config).retrieval is not None for p in settings.policies)
-    return retrieving * host_memory_cap(settings.host_cap_mb) if retrieving else 0
+    storing = sum(p.build(config).question.keeps_host_store for p in settings.policies)
+    return storing * host_memory_cap(settings.host_cap_mb) if storing else 0
 
 
-def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: str) -> int:
+def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: PolicySpec) -> int:
     """The bytes one memory of `policy` holds once its budget is reached (for `full`: at its bound)."""
     return (prefix_len(lm) + slots_per_layer(lm, config, policy)) * lm.kv_bytes_per_token + lm.state_bytes
 
@@ -108,8 +113,7 @@ def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
     """
     config = settings.config()
     for p in settings.policies:  # a backbone that cannot filter its inputs refuses before anything starts
-        if make_policy(p, config).input_filter is not None:
-            check_input_filter(lm, p)
+        p.build(config).check(lm)
     return sum(policy_cache_bytes(lm, config, p) for p in settings.policies)
 
 

@@ -200,9 +200,9 @@ class AnswerBatch:
         rows = []
         try:
             for policy, session in request.sessions.items():
-                if session.policy.retrieval is not None:
-                    # rekv: each layer brings back its own frames per question, so its answer cannot
-                    # share the batch's copies; it is decoded alone, at once, on this thread.
+                if not session.policy.question.batchable:
+                    # A question-time step that brings in its own tokens per question (rekv's frames):
+                    # the answer cannot share the batch's copies; it is decoded alone, at once, here.
                     for update in session.ask_stream(request.question, request.max_new_tokens):
                         if not request.emit(policy, update):
                             break

@@ -29,7 +29,7 @@ from hermes.serving.memories import StreamMemories
 from hermes.serving.settings import SPEEDS, StreamSettings
 from hermes.serving.sources import FileSource, Source, WebcamSource
 from hermes.serving.state import Lifecycle, StreamState
-from hermes.serving.view import LiveView, StreamStatus, metrics_of, stream_status, watch_metrics
+from hermes.serving.view import LiveView, StreamStatus, metrics_of, plain, stream_status, watch_metrics
 from hermes.serving.watching import Watchlist
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
 from hermes.video.decoding import VideoInfo, check_start
@@ -249,7 +249,7 @@ class LiveStream:
         numbers = metrics_of(
             view, self.status(), memory_reading(lm.device), lm.source, lm.random_weights, self.reserved_bytes
         )
-        return numbers | watch_metrics(view, self.watchlist.questions())
+        return plain(numbers | watch_metrics(view, self.watchlist.questions()))
 
     # -- internals: UI and source threads ------------------------------------------------------
     def _locked(self, move: Callable, *args: object) -> object:

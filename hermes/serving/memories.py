@@ -17,7 +17,6 @@ from typing import Protocol
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
 from hermes.engine.session import QuestionError, StreamBound, StreamingSession
-from hermes.memory.policies import parse_policy
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
 from hermes.serving.admission import full_slot_limit, host_memory_cap, policy_cache_bytes
@@ -51,7 +50,7 @@ class StreamMemories:
         self.sessions: dict[str, StreamingSession] = {}
         self.generation = -1  # the stream generation the memories were built for
         self._full_limit: int | None = None  # slots per layer at which a full cache stops
-        self._full: str | None = None  # the policy of that full cache
+        self._full: str | None = None  # the policy of that full cache (one that never evicts)
         self._bound: str | None = None  # why a retrieval policy's memory takes no more chunks (rekv)
 
     # -- jobs --------------------------------------------------------------------------------
@@ -69,8 +68,8 @@ class StreamMemories:
         for session in self.sessions.values():
             session.standing.set_threshold(settings.watch_threshold)
         self.set_watching(watching())
-        # A full cache (with or without an input filter) stops the stream at its bound.
-        self._full = next((p for p in self.sessions if parse_policy(p)[0] == "full"), None)
+        # A full cache (a policy that never evicts) stops the stream at its bound.
+        self._full = next((p for p, s in self.sessions.items() if s.policy.capacity is None), None)
         self._full_limit = full_slot_limit(self.lm, config) if self._full is not None else None
         self.generation = generation
         self._bound = None

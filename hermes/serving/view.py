@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -278,6 +279,16 @@ def watch_metrics(view: LiveView, watching: list[str]) -> dict:
             for a in view.alerts[-20:]
         ],
     }
+
+
+def plain(data: Any) -> Any:
+    """`data` (dicts, lists and tuples of numbers and strings) as plain JSON data: policy names (a
+    `PolicySpec` is a `str` subclass) and other strings as `str`, wherever they are keys too."""
+    if isinstance(data, dict):
+        return {plain(k): plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [plain(v) for v in data]
+    return str(data) if isinstance(data, str) else data
 
 
 def measured(attention: AttentionLayers) -> bool:

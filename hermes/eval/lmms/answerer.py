@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from hermes.engine.methods import DEFAULT_POLICY
 from hermes.engine.session import StreamingSession
 from hermes.eval.formats import BENCHES
 from hermes.eval.harness import EvalSettings, cut_at
@@ -48,7 +49,7 @@ class StreamAnswerer:
         self,
         lm: VideoLM,
         config: HermesConfig,
-        policy: str = "hermes",
+        policy: str = DEFAULT_POLICY,
         frames_fps: float | None = None,
         settings: EvalSettings | None = None,
     ) -> None:

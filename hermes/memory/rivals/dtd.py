@@ -29,7 +29,7 @@ class DifferentialDrop:
         if not -1.0 <= self.threshold <= 1.0:
             raise ValueError(f"dtd.threshold is a cosine similarity and must lie in [-1, 1], got {self.threshold}")
 
-    def keep(
+    def select(
         self,
         features: torch.Tensor,
         frames: torch.Tensor,

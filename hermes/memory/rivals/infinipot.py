@@ -69,10 +69,10 @@ class TarVan:
         return -(total / count.clamp(min=1)).cpu()
 
     def score(self, inputs: LayerInputs) -> torch.Tensor:
-        inputs.need("keys", "values", "frames", "patches", "keep")
+        inputs.need("keys", "values", "frames", "patches", "slots_kept")
         reference = self.reference(inputs.frames)
         van = inputs.values[0].float().norm(dim=-1).mean(0).cpu()  # (slots,), mean over heads
-        tar_budget = inputs.keep - round((1.0 - self.tar_ratio) * inputs.keep)
+        tar_budget = inputs.slots_kept - round((1.0 - self.tar_ratio) * inputs.slots_kept)
         older = (~reference).nonzero().squeeze(1)
         picks = max(0, min(tar_budget - int(reference.sum()), older.numel()))
         pinned = reference.clone()

@@ -16,10 +16,10 @@ from typing import Any
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 
+from hermes.engine.methods import DEFAULT_POLICY, parse_policies
 from hermes.eval.harness import EvalSettings
 from hermes.eval.lmms.answerer import StreamAnswerer, default_reindex, video_of
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
 from hermes.models.loading import DEFAULT_MODEL, load_video_lm, set_threads
 
 
@@ -34,7 +34,7 @@ class HermesLMM(lmms):
     def __init__(
         self,
         pretrained: str = DEFAULT_MODEL,
-        policy: str = "hermes",
+        policy: str = DEFAULT_POLICY,
         budget: int = HermesConfig.budget,
         chunk_frames: int = HermesConfig.chunk_frames,
         fps: float | None = None,
@@ -60,8 +60,7 @@ class HermesLMM(lmms):
         self.config = HermesConfig(
             budget=int(budget), chunk_frames=int(chunk_frames), fps=fps, reindex=reindex or "lazy"
         )
-        self.policy = str(policy)
-        make_policy(self.policy, self.config)  # an unknown policy fails now, not at the first request
+        self.policy = parse_policies([str(policy)], self.config)[0]  # a bad policy fails now, not at a request
         self.reindex = reindex
         self.frames_fps = None if frames_fps is None else float(frames_fps)
         self.settings = EvalSettings()
