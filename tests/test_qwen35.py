@@ -169,7 +169,7 @@ def test_past_the_budget_bytes_are_flat_and_questions_leave_everything_bit_ident
     before = memory_state(session.memory)
     # Inside a question the states do change (the test below could fail) ...
     with session.memory.scratch():
-        session._read_question(QUESTION)
+        session.reader.read_question(QUESTION)
         moved = [t for layer in session.memory.state_layers for t in layer.states().values()]
         assert any(not torch.equal(a, b) for a, b in zip(before[2], moved, strict=True))
     # ... and after any reader (an answer, log-probabilities, generate, a guidance pass) they are back.
@@ -301,7 +301,7 @@ def test_hybrid_rows_join_only_an_empty_batch_with_equal_length_questions(qwen35
     while len(decoder):
         decoder.step()
     for session, question in zip(sessions, questions, strict=True):
-        batched, alone = session.answers[-1], session.ask(question, 3)
+        batched, alone = session.reader.answers[-1], session.ask(question, 3)
         assert (batched.text, batched.tokens) == (alone.text, alone.tokens)
 
 

@@ -246,7 +246,7 @@ class BatchDecoder:
                 "question-time step brings in its own tokens for each question, so a row would not be a copy of "
                 "its memory"
             )
-        q = session.check_question(question)
+        q = session.reader.check_question(question)
         row = BatchRow(session, q, max_new_tokens, self.lm.question_ids(q), tag, now_ms(self.lm.device))
         self.joining.append(row)
         return row
@@ -368,7 +368,7 @@ class BatchDecoder:
                 logp = torch.log_softmax(logits[i].float(), dim=-1)
                 token = int(logp.argmax())
                 row.logprobs, row.first_ms = logp, now
-                row.update = row.session.first_update(row.question, logp, now - row.started_ms)
+                row.update = row.session.reader.first_update(row.question, logp, now - row.started_ms)
             if token in eos or row.tokens >= row.max_new_tokens:
                 finished.add(row)
                 continue
@@ -387,7 +387,7 @@ class BatchDecoder:
     def _finish(self, row: BatchRow) -> AnswerUpdate:
         """The last update of a finished row, recorded on its session as `ask_stream` records it."""
         update = row.update.finished(row.tokens, row.first_ms, now_ms(self.lm.device))
-        row.session.record_answer(update)
+        row.session.reader.record_answer(update)
         return replace(update)
 
     def _leave(self, gone: set[BatchRow]) -> None:

@@ -21,6 +21,7 @@ import torch
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
 from hermes.memory.cache import HermesCache
+from hermes.memory.policies import MemoryPolicy
 from hermes.models.base import VideoLM
 
 # Short on purpose: the guidance pass runs after every chunk past the budget, and its cost grows
@@ -174,3 +175,44 @@ def probe_attention(
     with memory.scratch(), AttentionProbe(lm.attention_modules(), list(queries), queries, stop_early=True) as probe:
         lm.forward(memory, ids, positions)
     return probe.weights
+
+
+class GuidanceProbe:
+    """The attention a policy's layers score by, measured by probe passes over a memory.
+
+    HERMES's layers read one forward pass over the guidance prompt: a layer that reads the global
+    query takes the global part's queries, one that reads the hybrid query the whole prompt.
+    StreamMem's layers read a pass over the chat template's tokens after the video. The prompt is
+    tokenized again only when the conversation's last turn changes, not for every chunk."""
+
+    def __init__(self, lm: VideoLM) -> None:
+        self.lm = lm
+        self._prompt: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None  # (turn, ids, global part)
+
+    def prompt(self, last_turn: tuple[str, str] | None) -> tuple[torch.Tensor, int]:
+        """The guidance prompt's ids after `last_turn` (the last question and answer), and the length
+        of its global part."""
+        if self._prompt is None or self._prompt[0] != last_turn:
+            ids, n_global = guidance_prompt(self.lm.encode, self.lm.video_close, last_turn)
+            self._prompt = (last_turn, ids, n_global)
+        return self._prompt[1], self._prompt[2]
+
+    def attention(
+        self, memory: HermesCache, policy: MemoryPolicy, last_turn: tuple[str, str] | None
+    ) -> list[torch.Tensor | None] | None:
+        """W per layer over its slots after the prefix, for the layers `policy` probes; None when it
+        needs no probe. The memory is left untouched."""
+        wanted = {layer: policy.guidance(tier) for layer, tier in enumerate(memory.tiers.tiers)}
+        if all(query is None for query in wanted.values()):
+            return None
+        weights: dict[int, torch.Tensor] = {}
+        guided = [layer for layer, query in wanted.items() if query in ("global", "hybrid")]
+        if guided:
+            ids, n_global = self.prompt(last_turn)
+            part = {"global": slice(0, n_global), "hybrid": slice(None)}
+            weights |= probe_attention(self.lm, memory, ids, {layer: part[wanted[layer]] for layer in guided})
+        templated = [layer for layer, query in wanted.items() if query == "template"]
+        if templated:
+            weights |= probe_attention(self.lm, memory, self.lm.template_ids(), dict.fromkeys(templated, slice(None)))
+        p, s = memory.prefix_len, memory.slots
+        return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(wanted))]
