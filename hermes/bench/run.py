@@ -28,7 +28,7 @@ import numpy as np
 import psutil
 import torch
 
-from hermes.engine.chunk import Chunk
+from hermes.engine.chunk import Chunk, padded_frames
 from hermes.engine.methods import FULL, HERMES, PolicySpec, parse_policies, policy_names
 from hermes.engine.metrics import free_cached_memory, memory_reading
 from hermes.engine.session import ChunkReport, StreamBound, StreamingSession
@@ -62,16 +62,15 @@ def load_bench_model(
     dtype: str | torch.dtype | None = None,
     device_map: str | None = None,
 ) -> VideoLM:
-    """The random-weight architectures (`llava-ov-0.5b-random`, `llava-ov-7b-random`,
-    `qwen2.5-vl-7b-random`, `qwen3.5-0.8b-random`, `qwen3.5-9b-random`) from their configs, anything
-    else via load_video_lm (`tiny`, `tiny-qwen`, `tiny-qwen3`, `tiny-qwen35`, a checkpoint), in
-    `dtype`, on `device` or spread by `device_map`."""
-    from hermes.models.random7b import RANDOM_MODELS, load_random_7b
+    """A random-weight real architecture (`hermes.models.random7b.RANDOM_MODELS`) built from its
+    config, anything else (a tiny alias, a checkpoint) via load_video_lm; in `dtype`, on `device` or
+    spread by `device_map`."""
+    from hermes.models.random7b import RANDOM_MODELS, load_random_model
 
     if name in RANDOM_MODELS:
         if device_map is not None:
             raise ValueError(f"{name} is built on one device; --device-map applies to checkpoints")
-        return load_random_7b(name, device, allow_cpu=allow_cpu_7b, dtype=dtype)
+        return load_random_model(name, device, allow_cpu=allow_cpu_7b, dtype=dtype)
     return load_video_lm(name, device=device, dtype=dtype, device_map=device_map)
 
 
@@ -272,7 +271,7 @@ def run_policy(
         try:
             while session.frames_seen < target:
                 n = min(config.chunk_frames, target - session.frames_seen)
-                padded = lm.frame_multiple * math.ceil(n / lm.frame_multiple)
+                padded = padded_frames(n, lm.frame_multiple)
                 cached = session.memory.prefix_len + session.memory.slots
                 need = prefill_bytes(per_token, cached, math.ceil(tokens_per_frame * padded))
                 if need > memory_cap:

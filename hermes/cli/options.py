@@ -8,7 +8,6 @@ from typing import Any
 
 from hermes.memory.config import HermesConfig
 
-MODEL_HELP = "hub id, local folder, 'tiny', 'tiny-qwen', 'tiny-qwen3' or 'tiny-qwen35'"
 FPS_HELP = "sampling rate (default: 0.5 LLaVA-OV, 1 Qwen2.5-VL and Qwen3-VL)"
 DTYPE_ENV = "HERMES_DTYPE"
 DEVICE_MAP_ENV = "HERMES_DEVICE_MAP"
@@ -18,7 +17,7 @@ def add_memory_options(
     p: argparse.ArgumentParser,
     *,
     model_default: str | None = None,
-    model_help: str = MODEL_HELP,
+    model_help: str | None = None,
     policy: bool = True,
     fps_help: str = FPS_HELP,
     reindex_default: str | None = "lazy",
@@ -29,7 +28,7 @@ def add_memory_options(
     A command may change the model's default and the help of --model, --fps and --reindex, or leave
     out --policy (bench takes a list of policies instead).
     """
-    p.add_argument("--model", default=model_default, help=model_help)
+    p.add_argument("--model", default=model_default, help=model_help or local_model_help())
     if policy:
         from hermes.engine.methods import DEFAULT_POLICY, policy_names
 
@@ -92,6 +91,13 @@ def config_from_args(
         fps=default_fps if args.fps is None else args.fps,
         reindex=args.reindex or default_reindex,
     )
+
+
+def local_model_help() -> str:
+    """What --model takes besides a hub id: a local folder or a tiny alias."""
+    from hermes.models.loading import tiny_names
+
+    return f"hub id, local folder, {tiny_names(chr(39))}"
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:

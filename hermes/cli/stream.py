@@ -8,13 +8,13 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args, model_options, parse_params
+from hermes.cli.options import add_memory_options, config_from_args, local_model_help, model_options, parse_params
 
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("stream", help="stream a video file and answer questions at given times")
     p.add_argument("video")
-    add_memory_options(p, model_help=f"{MODEL_HELP} (default: $HERMES_MODEL or the LLaVA-OV 0.5B checkpoint)")
+    add_memory_options(p, model_help=f"{local_model_help()} (default: $HERMES_MODEL or the LLaVA-OV 0.5B checkpoint)")
     p.add_argument(
         "--ask",
         action="append",

@@ -59,9 +59,7 @@ class BatchLayer(BufferLayer):
 
     def nbytes(self) -> int:
         """Bytes of the keys and values in use (every row, padding included)."""
-        if self._k is None:
-            return 0
-        return 2 * self.rows * self._k.shape[1] * self.get_seq_length() * self._k.shape[-1] * self._k.element_size()
+        return self.used_bytes()
 
     def reserve(self, n: int) -> None:
         """Room for `n` more columns; when the buffer must grow, half as much again (and ROOM) as held."""
@@ -320,8 +318,7 @@ class BatchDecoder:
             held = self._cache.nbytes() if self._cache is not None else 0
             taken = 0
             for row in waiting:
-                memory = row.session.memory
-                need = sum(2 * k.numel() * k.element_size() for k, _ in memory.kv()) + memory.state_bytes()
+                need = row.session.memory.copy_bytes()
                 if (self.rows or taken) and held + need > self.max_bytes:
                     break
                 held += need

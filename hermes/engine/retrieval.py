@@ -20,6 +20,7 @@ import torch
 from hermes.engine.guidance import head_queries
 from hermes.engine.metrics import now_ms
 from hermes.engine.policy import QuestionCost, QuestionState, QuestionStep
+from hermes.memory.buffer import kv_bytes
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rivals.rekv import FrameRetrieval
@@ -187,9 +188,9 @@ class HostRetrieval(QuestionState):
     def _bytes_for(memory: HermesCache, tokens: int, frames: int) -> int:
         """Host bytes `tokens` tokens in `frames` frame blocks add to the store: key and value in
         every layer, and one fp32 mean key per block and layer."""
-        k = memory.kv_layers[0].keys
-        per_layer_head = k.shape[1] * k.shape[-1]
-        return len(memory.kv_layers) * per_layer_head * (2 * tokens * k.element_size() + 4 * frames)
+        _, heads, _, dim = memory.kv_layers[0].keys.shape
+        itemsize = memory.kv_layers[0].keys.element_size()
+        return len(memory.kv_layers) * (kv_bytes(tokens, heads, dim, itemsize) + kv_bytes(frames, heads, dim, 4, 1))
 
     def forward(
         self,

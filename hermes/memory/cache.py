@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
-from hermes.memory.buffer import BufferLayer
+from hermes.memory.buffer import BufferLayer, kv_bytes
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
@@ -46,8 +46,7 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
     """Bytes one token takes in a HermesCache over all layers: key, value and, in 16-bit caches,
     the origin key."""
-    tensors = 3 if dtype in LOW_PRECISION else 2
-    return num_layers * tensors * kv_heads * head_dim * dtype.itemsize
+    return num_layers * kv_bytes(1, kv_heads, head_dim, dtype.itemsize, 3 if dtype in LOW_PRECISION else 2)
 
 
 def rank_within_frame(frames: torch.Tensor) -> torch.Tensor:
@@ -171,8 +170,9 @@ class HermesLayer(BufferLayer):
         """Bytes of keys and values of the memory (prefix and slots)."""
         if self._k is None:
             return 0
-        tensors = 2 if self._k0 is None else 3
-        return self.committed * tensors * self._k.shape[1] * self._k.shape[-1] * self._k.element_size()
+        return kv_bytes(
+            self.committed, self._k.shape[1], self._k.shape[-1], self._k.element_size(), len(self._buffers())
+        )
 
     # -- slots ----------------------------------------------------------------------------------
     @property
@@ -393,6 +393,11 @@ class HermesCache(Cache):
     def cache_bytes(self) -> int:
         """Bytes held by the memory: the keys and values of the HERMES layers, plus the states."""
         return sum(layer.nbytes() for layer in self.kv_layers) + self.state_bytes()
+
+    def copy_bytes(self) -> int:
+        """Bytes of a copy of what the model reads (keys and values in use, and the states), as a
+        batch of answers takes it."""
+        return sum(layer.used_bytes() for layer in self.kv_layers) + self.state_bytes()
 
     def storage(self) -> list[int]:
         """The data pointers of every layer's storage (they change only when a key buffer grows)."""

@@ -33,6 +33,14 @@ TINY_ALIASES: dict[str, tuple[str, int]] = {
     "tiny-24": ("llava_onevision", 24),
 }
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
+
+
+def tiny_names(quote: str = "") -> str:
+    """The tiny aliases, for messages and help: `tiny, tiny-qwen, ... or tiny-24`, each in `quote`."""
+    names = [f"{quote}{name}{quote}" for name in TINY_ALIASES]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_CHOICES = ("auto", *DTYPES)
 # accelerate's strategies for spreading a model over the visible GPUs (and the CPU when it must).
@@ -127,8 +135,7 @@ def _load_config(source: str):
         raise ModelLoadError(
             f"Cannot load model {source!r}: it is not in the local Hugging Face cache and {why}. "
             f"Download it on a connected machine ({download_command(source)}), pass a local folder, "
-            "or use --model tiny, tiny-qwen, tiny-qwen3 or tiny-qwen35 for a random-weight model of the same "
-            "architecture."
+            f"or use --model {tiny_names()} for a random-weight model of the same architecture."
         )
     try:
         return AutoConfig.from_pretrained(source), False
@@ -153,9 +160,7 @@ def load_video_lm(
     goes to `device` whole.
     """
     if not name or not name.strip():
-        raise ModelLoadError(
-            "No model given: pass a hub id, a local folder, 'tiny', 'tiny-qwen', 'tiny-qwen3' or 'tiny-qwen35'."
-        )
+        raise ModelLoadError(f"No model given: pass a hub id, a local folder, {tiny_names(chr(39))}.")
     if device_map is not None and device is not None:
         raise ValueError("give a device or a device map, not both: a device map places every layer itself")
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:

@@ -237,7 +237,7 @@ def parameter_count(config: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def load_random_7b(
+def load_random_model(
     name: str,
     device: str | None = None,
     *,

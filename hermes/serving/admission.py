@@ -153,7 +153,19 @@ def host_memory_cap(cap_mb: float | None = None) -> int:
     what admission control gives the CPU: DEFAULT_CPU_CAP_MB, or half the available RAM if less."""
     if cap_mb is not None:
         return default_memory_cap(torch.device("cpu"), cap_mb)
+    return cpu_memory_cap()
+
+
+def cpu_memory_cap() -> int:
+    """What admission control gives the CPU by default: DEFAULT_CPU_CAP_MB, or half the available
+    RAM if that is less."""
     return min(DEFAULT_CPU_CAP_MB * MB, psutil.virtual_memory().available // 2)
+
+
+def gpu_margin(total_bytes: int) -> int:
+    """Bytes kept free on a GPU of `total_bytes` for the one job in flight's activations and for
+    fragmentation: GPU_MARGIN_FRACTION of the card, at least GPU_MARGIN_MIN_MB."""
+    return max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total_bytes))
 
 
 def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int:
@@ -171,6 +183,5 @@ def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int
         return int(cap_mb * MB)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
-        margin = max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total))
-        return max(0, free - margin)
-    return min(DEFAULT_CPU_CAP_MB * MB, psutil.virtual_memory().available // 2)
+        return max(0, free - gpu_margin(total))
+    return cpu_memory_cap()

@@ -18,7 +18,7 @@ import torch
 from hermes.engine.batch import BatchDecoder, BatchRow
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.models.base import VideoLM
-from hermes.serving.admission import GPU_MARGIN_FRACTION, GPU_MARGIN_MIN_MB, MB
+from hermes.serving.admission import gpu_margin
 from hermes.serving.worker import Job, JobCancelled, is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
@@ -172,8 +172,7 @@ def batch_memory_cap(device: torch.device) -> int | None:
     questions wait for answers to end. Elsewhere no cap: the copies are at most the caches admitted."""
     if device.type != "cuda":
         return None
-    total = torch.cuda.get_device_properties(device).total_memory
-    return max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total)) // 2
+    return gpu_margin(torch.cuda.get_device_properties(device).total_memory) // 2
 
 
 class AnswerBatch:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from hermes.engine.chunk import Chunk
+from hermes.engine.chunk import Chunk, padded_frames
 from hermes.engine.metrics import MemoryReading
 from hermes.engine.session import ChunkReport
 from hermes.engine.watch import MAX_STANDING
@@ -158,7 +158,7 @@ class LiveView:
         report = next(iter(reports.values()))
         # Tokens each frame had when prefilled (the engine pads a chunk to the frame multiple):
         # the denominator of the retained-token map.
-        prefilled = -(-chunk.num_frames // frame_multiple) * frame_multiple
+        prefilled = padded_frames(chunk.num_frames, frame_multiple)
         record = ChunkRecord(
             wall_s=wall_s,
             frames_seen=report.frames_seen,
