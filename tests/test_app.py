@@ -27,7 +27,7 @@ from hermes.serving import (
     StreamSettings,
     Tier,
 )
-from tests.helpers import SMALL, wait_for
+from tests.helpers import SMALL, chunk_report, wait_for
 from ui import build_app, figures, launch_options
 from ui.layout import MAX_UPLOAD
 
@@ -260,7 +260,8 @@ def test_a_hybrid_models_map_names_its_attention_layers_and_its_states():
 
 def test_the_budget_line_is_the_published_budget_bytes():
     snap = snapshot([[0, 1], [0, 1], [0, 1]])
-    record = ChunkRecord(1.0, 2, 4.0, {HERMES: 96, FIFO: 96}, {}, {}, rss_bytes=2**20, gpu_allocated_bytes=None)
+    reports = {p: chunk_report(2, 4.0, cache_bytes=96) for p in (HERMES, FIFO)}
+    record = ChunkRecord(1.0, reports, rss_bytes=2**20, gpu_allocated_bytes=None)
     view = LiveView(
         version=1,
         settings=SMALL,

@@ -250,10 +250,10 @@ def test_app_compares_hermes_with_rekv_and_stops_rekv_at_its_host_cap(worker, ll
         done = [e for e in stream.ask(QUESTION, max_new_tokens=2).events() if e.done]
         assert sorted(e.policy for e in done) == ["hermes", "rekv"]  # rekv answered alone, beside the batch
         rekv = next(e for e in done if e.policy == "rekv")
-        assert 0 < rekv.retrieval_ms < rekv.ttft_ms and rekv.retrieved_bytes > 0
+        assert 0 < rekv.update.retrieval_ms < rekv.update.ttft_ms and rekv.update.retrieved_bytes > 0
         from ui.callbacks import answer_message
 
-        assert f"(retrieval {rekv.retrieval_ms:.0f} ms)" in answer_message(rekv, compare=True)["content"]
+        assert f"(retrieval {rekv.update.retrieval_ms:.0f} ms)" in answer_message(rekv, compare=True)["content"]
         metrics = stream.metrics()
         assert list(metrics["host_bytes"]) == ["rekv"] and metrics["host_bytes"]["rekv"] > 0  # /metrics
         # The memory plot: rekv's host memory as its own line, growing; none for HERMES.

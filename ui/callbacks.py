@@ -72,16 +72,17 @@ def printable(text: str) -> str:
 def answer_message(event: AnswerEvent, compare: bool) -> dict:
     """The chat message of one policy's answer so far; the finished one carries its timings."""
     label = f"**{event.policy.label}** · " if compare else ""
-    text = printable(event.text) or "…"
+    update = event.update
+    text = printable(update.text) or "…"
     if event.interrupted:
         text += "\n\n*(interrupted: the stream was reset)*"
     elif event.done:
-        ttft = f"{event.ttft_ms:.0f} ms" if event.ttft_ms is not None else "n/a"
-        if event.retrieval_ms is not None:  # rekv: the part of TTFT spent bringing frames back
-            ttft += f" (retrieval {event.retrieval_ms:.0f} ms)"
+        ttft = f"{update.ttft_ms:.0f} ms" if update.ttft_ms is not None else "n/a"
+        if update.retrieval_ms is not None:  # a question-time step's part of TTFT (rekv's retrieval)
+            ttft += f" (retrieval {update.retrieval_ms:.0f} ms)"
         text += (
             f"\n\n*TTFT {ttft} · waited {event.wait_ms:.0f} ms for the chunk in flight · "
-            f"{event.frames_in_memory} of {event.frames_seen} frames in memory*"
+            f"{update.frames_in_memory} of {update.frames_seen} frames in memory*"
         )
     return {"role": "assistant", "content": label + text}
 
@@ -90,9 +91,10 @@ def alert_message(alert: Alert, compare: bool) -> dict:
     """The chat message of a standing question that fired: marked as an alert, with the stream
     time, p(yes), the short answer and the frame the memory had just seen."""
     label = f" · {alert.policy.label}" if compare else ""
+    check, answer = alert.check, alert.answer
     text = (
-        f"🔔 **Alert**{label} · {alert.at_s:.0f} s (frame {alert.frames_seen - 1}) · p(yes) {alert.p_yes:.2f}\n\n"
-        f"*{alert.question}* {printable(alert.text) or '…'}"
+        f"🔔 **Alert**{label} · {check.at_s:.0f} s (frame {answer.frames_seen - 1}) · p(yes) {check.p_yes:.2f}\n\n"
+        f"*{check.question}* {printable(answer.text) or '…'}"
     )
     frame = gr.Image(value=alert.frame, format="jpeg", show_label=False, height=160, buttons=[])
     return {"role": "assistant", "content": [text, frame]}
@@ -163,6 +165,8 @@ class Callbacks:
         self._sent: weakref.WeakKeyDictionary[LiveStream, tuple[int, str]] = weakref.WeakKeyDictionary()
         # The chat version each stream's page was last sent by the timer (see `tick`).
         self._sent_chat: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
+        # The number of the next alert each stream's chat has yet to show.
+        self._alerts_shown: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
 
     def _stream(self, request: gr.Request) -> LiveStream:
         stream = self.registry.get(request.session_hash or "anonymous")
@@ -345,10 +349,12 @@ class Callbacks:
         for notice in stream.pop_notices():
             gr.Warning(notice)
         view = stream.view()
-        alerts = stream.watchlist.pop_alerts()
         compare = len(view.settings.policies) > 1
-        for alert in alerts:
-            stream.chat.add(alert_message(alert, compare))
+        shown = self._alerts_shown.get(stream, 0)
+        for alert in view.alerts:
+            if alert.number >= shown:
+                stream.chat.add(alert_message(alert, compare))
+        self._alerts_shown[stream] = view.alert_count
         # The chat goes out whenever it changed since the timer last sent it, answers included:
         # an answer's last update and a timer's older copy of the chat are two events, and when
         # the older copy reaches the page last, the next tick puts the answer back whole.

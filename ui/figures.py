@@ -22,7 +22,7 @@ from hermes.serving import (
     LiveView,
     MemorySnapshot,
     Tier,
-    WatchPoint,
+    WatchCheck,
 )
 
 MAX_FRAME_COLUMNS = 64
@@ -296,13 +296,13 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             font={"color": "#6b7280"},
         )
     for policy in view.snapshots:
-        answers = [a for a in view.answers if a.policy == policy]
+        answers = [a for a in view.answers if a.policy == policy]  # finished ones: each has its update
         color, name = policy.colour, policy.label
         if answers:  # an empty line trace makes plotly.js draw NaN paths (console errors)
             fig.add_trace(
                 go.Scatter(
-                    x=[a.frames_seen for a in answers],
-                    y=[round(a.ttft_ms or 0.0, 1) for a in answers],
+                    x=[a.update.frames_seen for a in answers],
+                    y=[round(a.update.ttft_ms or 0.0, 1) for a in answers],
                     customdata=[[round(a.wait_ms, 1)] for a in answers],
                     mode="lines+markers",
                     marker={"size": 8, "color": color},
@@ -318,7 +318,7 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
         fig.add_trace(
             go.Scatter(
                 x=[r.frames_seen for r in records],
-                y=[round(r.cache_bytes.get(policy, 0) / MB, 3) for r in records],
+                y=[round(r.per_policy("cache_bytes").get(policy, 0) / MB, 3) for r in records],
                 mode="lines",
                 line={"color": color, "width": 2},
                 name=f"{name} cache",
@@ -331,7 +331,7 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             fig.add_trace(
                 go.Scatter(
                     x=[r.frames_seen for r in records],
-                    y=[round(r.host_bytes.get(policy, 0) / MB, 3) for r in records],
+                    y=[round(r.per_policy("host_bytes").get(policy, 0) / MB, 3) for r in records],
                     mode="lines",
                     line={"color": color, "width": 2, "dash": "dash"},
                     name=f"{name} host memory",
@@ -385,7 +385,7 @@ def short(text: str, most: int = 48) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
-def _thin_points(points: list[WatchPoint]) -> list[WatchPoint]:
+def _thin_points(points: list[WatchCheck]) -> list[WatchCheck]:
     step = max(1, -(-len(points) // MAX_HISTORY_POINTS))
     # Keep every firing: thinning must not hide the moments the plot is about.
     return [p for i, p in enumerate(points) if i % step == 0 or p.fired or i == len(points) - 1]
@@ -397,12 +397,14 @@ def watch_figure(view: LiveView) -> go.Figure:
     if not view.watch_history:
         return placeholder("Add a question under 'Watch for': its p(yes) after every chunk appears here.", 300)
     fig = go.Figure()
-    questions = list(dict.fromkeys(p.question for p in view.watch_history))
+    questions = list(dict.fromkeys(p.check.question for p in view.watch_history))
     policies = list(dict.fromkeys(p.policy for p in view.watch_history))
     for qi, question in enumerate(questions):
         color = WATCH_COLORS[qi % len(WATCH_COLORS)]
         for policy in policies:
-            points = _thin_points([p for p in view.watch_history if p.question == question and p.policy == policy])
+            points = _thin_points(
+                [p.check for p in view.watch_history if p.check.question == question and p.policy == policy]
+            )
             if not points:
                 continue
             name = short(question) + (f" · {policy.label}" if len(policies) > 1 else "")

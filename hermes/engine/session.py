@@ -13,7 +13,7 @@ Headless: the CLI, the web app, tests and benchmarks all drive it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,11 @@ class ChunkReport:
     watches: list[WatchCheck] = field(default_factory=list)
     alerts: list[AnswerUpdate] = field(default_factory=list)
     host_bytes: int = 0  # what the policy's question-time step holds in host memory (ReKV), after this chunk
+
+    def numbers(self) -> ChunkReport:
+        """This report without what a long history must not hold for every chunk: the attention
+        record and the standing checks (a view keeps those apart, bounded)."""
+        return replace(self, attention=(), watches=[], alerts=[])
 
 
 class StreamingSession:

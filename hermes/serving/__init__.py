@@ -6,7 +6,7 @@ serving, so the types it draws from (snapshots, tiers, errors) are re-exported h
 
 from hermes.engine.methods import ATTENTION, BUDGET, HOST, PolicySpec, policy_help, policy_names
 from hermes.engine.session import QuestionError
-from hermes.engine.watch import MAX_STANDING, WatchError
+from hermes.engine.watch import MAX_STANDING, WatchCheck, WatchError
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.tiers import Tier
 from hermes.models.base import VideoLM
@@ -50,6 +50,7 @@ __all__ = [
     "Tier",
     "VideoError",
     "VideoLM",
+    "WatchCheck",
     "WatchError",
     "WatchPoint",
     "layer_tiers",

@@ -98,8 +98,7 @@ class LiveStream:
             self.settings = settings
             self.chat.clear(gen)
             self._feed = self._source = None
-            self.watchlist.clear_alerts()
-            self._view = LiveView(version=self._view.version + 1, settings=settings)
+            self._view = self._view.fresh(settings)
         self.worker.cancel(self.key)
         self.worker.submit(
             lambda: self._memories.build(gen, settings, self.watchlist.questions),
@@ -302,10 +301,12 @@ class LiveStream:
 
     # -- internals: jobs for the model thread ----------------------------------------------------
     def _submit_chunk(self, gen: int, chunk: Chunk) -> None:
-        def ingest() -> None:
-            self.watchlist.push_alerts(self._memories.ingest(gen, chunk))
-
-        self.worker.submit(ingest, Priority.CHUNK, self.key, lambda exc: self._on_job_error(gen, exc))
+        self.worker.submit(
+            lambda: self._memories.ingest(gen, chunk),
+            Priority.CHUNK,
+            self.key,
+            lambda exc: self._on_job_error(gen, exc),
+        )
 
     def _on_job_error(self, gen: int, exc: BaseException) -> None:
         # A job of an older generation (before a reset) failing must not stop the new stream.
