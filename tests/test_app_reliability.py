@@ -361,13 +361,15 @@ def test_webcam_frames_of_any_size_and_bad_frames(app):
     registry = app[2]
     callbacks = Callbacks(registry)
     request = SimpleNamespace(session_hash="webcam-viewer")
-    settings = ("hermes", 400, 2, 4.0, "lazy", False, ["hermes", "fifo"], 0.5)  # compare, its policies, threshold
+    # The Settings controls' values, as the page hands them over (a slider's floats included).
+    settings = {"policy": "hermes", "budget": 400.0, "chunk_frames": 2.0, "fps": 4.0, "reindex": "lazy"}
+    settings |= {"compare": False, "compare_policies": ["hermes", "fifo"], "watch_threshold": 0.5}
     rng = np.random.default_rng(0)
     for h, w in [(480, 640), (720, 1280), (240, 320), (1080, 720)]:
-        callbacks.webcam_frame(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), *settings, request)
+        callbacks.webcam_frame(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), request, **settings)
         time.sleep(0.3)  # slower than 4 fps: no frame is thinned away
     with pytest.raises(gr.Error, match="frame must have shape"):
-        callbacks.webcam_frame(np.zeros((8, 8, 5), dtype=np.uint8), *settings, request)
+        callbacks.webcam_frame(np.zeros((8, 8, 5), dtype=np.uint8), request, **settings)
     stream = registry.get("webcam-viewer", create=False)
     assert registry.worker.wait_idle("webcam-viewer", 30)
     assert stream.view().frames_seen == 4 and stream.status().source == "webcam" and stream.status().error is None

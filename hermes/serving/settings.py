@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from hermes.engine.methods import DEFAULT_POLICY, HERMES, PolicyError, PolicySpec, parse_policies, policy_names
 from hermes.engine.watch import DEFAULT_THRESHOLD, check_threshold
@@ -55,6 +56,20 @@ class StreamSettings:
                 f"({', '.join(compared) or 'none'}); choose from {', '.join(policy_names())}"
             )
         object.__setattr__(self, "compare_policies", parse_policies(compared, config))
+
+    @classmethod
+    def from_controls(cls, **controls: Any) -> StreamSettings:
+        """The settings of a form whose controls are named as the fields, each value as its control
+        holds it (a slider's float for a whole number, a list for a tuple) taking its field's type."""
+        unknown = sorted(set(controls) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"no such setting: {', '.join(unknown)}")
+        typed = {}
+        for f in fields(cls):
+            if f.name in controls:
+                value = controls[f.name]
+                typed[f.name] = value if f.default is None or value is None else type(f.default)(value)
+        return cls(**typed)
 
     @property
     def policies(self) -> tuple[PolicySpec, ...]:
