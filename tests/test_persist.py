@@ -252,3 +252,96 @@ def test_a_writer_killed_mid_write_leaves_the_last_checkpoint_loadable(saved, ll
     save_session(load_session(llava_lm, target), target)  # the next save replaces the file whole
     assert read_session(target).header["session"]["frames_seen"] == 2 * FRAMES
     assert not os.path.exists(tmp_path / f".checkpoint.hermes.{os.getpid()}.tmp")
+
+
+# -- the command line ------------------------------------------------------------------------------
+def _stream_cmd(clip: Path, *extra: str) -> list[str]:
+    options = [
+        "--model",
+        "tiny",
+        "--json",
+        "--fps",
+        "1",
+        "--chunk-frames",
+        "2",
+        "--budget",
+        "300",
+        "--max-new-tokens",
+        "4",
+    ]
+    return [sys.executable, "-m", "hermes", "stream", str(clip), *options, "--ask", f"100:{QUESTION}", *extra]
+
+
+def _answer(stdout: str) -> dict:
+    return next(e for e in map(json.loads, stdout.splitlines()) if e["event"] == "answer")
+
+
+@pytest.mark.timeout(600)
+def test_a_stream_killed_and_restarted_from_its_checkpoint_ends_as_if_never_stopped(clips, tmp_path):
+    """`stream --save-memory F --save-every M` killed mid-video, then `stream --load-memory F` on the
+    same video: the same final answer and, bit for bit, the same memory as one uninterrupted run;
+    `ask F` answers from the saved memory as the stream did at its end."""
+    whole = subprocess.run(
+        _stream_cmd(clips["short"], "--save-memory", str(tmp_path / "whole")), capture_output=True, text=True
+    )
+    assert whole.returncode == 0, whole.stderr
+    checkpoint = tmp_path / "checkpoint"
+    crashed = subprocess.Popen(
+        _stream_cmd(clips["short"], "--speed", "2", "--save-memory", str(checkpoint), "--save-every", "0.0001"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        chunks = 0
+        while chunks < 2:  # a chunk's line comes after the checkpoint of the chunk before it
+            chunks += json.loads(crashed.stdout.readline())["event"] == "chunk"
+        crashed.kill()
+    finally:
+        crashed.wait(30)
+    saved = read_session(checkpoint).header["session"]["frames_seen"]
+    assert 0 < saved < 8  # stopped mid-video
+    resumed = subprocess.run(
+        _stream_cmd(clips["short"], "--load-memory", str(checkpoint), "--save-memory", str(tmp_path / "resumed")),
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    first = next(e for e in map(json.loads, resumed.stdout.splitlines()) if e["event"] == "chunk")
+    assert first["frames_seen"] == saved + 2 and first["chunk"] == saved // 2
+    assert _answer(resumed.stdout)["text"] == _answer(whole.stdout)["text"]
+    assert _answer(resumed.stdout)["top_logprobs"] == _answer(whole.stdout)["top_logprobs"]
+    a, b = read_memory(tmp_path / "whole"), read_memory(tmp_path / "resumed")
+    assert a.header["sha256"] == b.header["sha256"] and a.header["cache"] == b.header["cache"]
+    asked = subprocess.run(
+        [sys.executable, "-m", "hermes", "ask", str(tmp_path / "whole"), QUESTION, "--max-new-tokens", "4", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["text"] == _answer(whole.stdout)["text"]
+
+
+def test_bad_memory_files_and_options_get_one_clear_line(saved, clips, tmp_path, capsys):
+    from hermes.cli.main import main
+
+    junk = tmp_path / "junk"
+    junk.write_text("not a memory\n" * 10)
+
+    def expect(argv: list[str], fragment: str) -> None:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and fragment in err and err.count("\n") == 1, err
+
+    expect(["ask", str(junk), "What?"], "not a HERMES memory file")
+    expect(["ask", str(tmp_path / "nowhere"), "What?"], "cannot read the memory file")
+    expect(["ask", str(saved), "What?", "--model", "tiny-qwen"], "not to a qwen2_5_vl model")
+    expect(["ask", str(saved), "What?", "--dtype", "bf16"], "saved in fp32")
+    expect(["ask", str(saved), "   "], "question is empty")
+    video = str(clips["short"])
+    expect(["stream", video, "--load-memory", str(junk)], "not a HERMES memory file")
+    expect(["stream", video, "--load-memory", str(saved), "--policy", "fifo"], "kept by policy 'hermes', not 'fifo'")
+    expect(["stream", video, "--load-memory", str(saved), "--budget", "99"], "kept with budget 40")
+    expect(["stream", video, "--load-memory", str(saved), "--param", "hermes.recency_k=5"], "--param does not apply")
+    expect(["stream", video, "--save-every", "5"], "--save-memory FILE")
+    expect(["stream", video, "--save-memory", str(tmp_path / "no" / "such" / "f")], "does not exist")
