@@ -207,6 +207,11 @@ def test_a_header_that_does_not_match_its_tensors_is_refused(saved, llava_lm, tm
     write_memory(tmp_path / "missing", memory)
     with pytest.raises(MemoryFileError, match=r"'kv\.2\.scores' is missing"):
         load_session(llava_lm, tmp_path / "missing")
+    memory = read_memory(saved)
+    memory.header["session"]["last_turn"] = "not a turn"
+    write_memory(tmp_path / "turn", memory)
+    with pytest.raises(MemoryFileError, match="last question and answer are malformed"):
+        load_session(llava_lm, tmp_path / "turn")
 
 
 KILLER = """

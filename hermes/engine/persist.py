@@ -205,6 +205,10 @@ def _check_state(state: Mapping[str, Any]) -> None:
     above = field(standing, "above", dict)
     field(standing, "answer_tokens")
     threshold = field(standing, "threshold", float)
+    turn = state.get("last_turn")
+    valid = turn is None or (isinstance(turn, list) and len(turn) == 2 and all(isinstance(t, str) for t in turn))
+    if not valid:
+        raise MemoryFileError("the memory file's header is damaged: its last question and answer are malformed")
     valid = all(isinstance(q, str) and isinstance(v, bool) for q, v in above.items())
     if not valid or len(above) > MAX_STANDING or not 0 < threshold < 1:
         raise MemoryFileError("the memory file's header is damaged: its standing questions are malformed")

@@ -259,7 +259,10 @@ def check_cache(memory: MemoryFile) -> tuple[dict[str, Any], HermesConfig, RopeS
     if len(lengths) != 1:
         raise MemoryFileError("the memory file is damaged: its layers differ in length")
     for j, spec in enumerate(states):
-        for name in field(spec, "names", list):
+        names = field(spec, "names", list)
+        if not set(names) <= {"conv", "recurrent"}:
+            raise MemoryFileError(f"the memory file's header is damaged: state layer {j} names {names}")
+        for name in names:
             memory.tensor(f"state.{j}.{name}")
     for key in ("tokens_seen", "compactions"):
         field(header, key)
