@@ -140,6 +140,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     session = load_session(lm, args.memory)
     if not args.json:
         print(f"memory: {file_summary(memory)}", file=sys.stderr)
+        if lm.random_weights:
+            print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
     for question in questions:
         answer = session.ask(question, args.max_new_tokens)
         if args.json:
