@@ -25,7 +25,7 @@ from hermes.eval.summary import official_scores, read_results
 from hermes.memory.config import HermesConfig
 from hermes.video.chunking import Chunker
 from hermes.video.frames_folder import iter_video
-from tests.corpus import DAMAGED
+from tests.corpus import DAMAGED_TO_THE_END
 from tests.eval_helpers import (
     CHUNK,
     FPS,
@@ -171,11 +171,11 @@ def test_a_damaged_video_answers_what_came_before_the_damage(llava_lm, session, 
         {"task_type": "Counting Problem", "question": q, "time_stamp": t, "answer": "A", "options": opts}
         for q, t in [("Before?", "00:00:03"), ("After?", "00:00:06")]
     ]
-    path = write_json(tmp_path / "damaged.json", [{"video_path": DAMAGED.name, "questions": questions}])
+    path = write_json(tmp_path / "damaged.json", [{"video_path": DAMAGED_TO_THE_END.name, "questions": questions}])
     spec = BENCHES["streamingbench"]
     items, _ = spec.load(path)
     out = tmp_path / "results.jsonl"
-    videos = corpus[DAMAGED.name].parent
+    videos = corpus[DAMAGED_TO_THE_END.name].parent
     summary = run_eval(llava_lm, spec, items, [], session, videos, out, EvalSettings(max_new_tokens=0), False)
     before, after = records_of(out)
     assert before["status"] == "answered" and before["frames_seen"] == 4  # frames at 0 to 3 s

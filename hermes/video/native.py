@@ -11,7 +11,7 @@ Errors reach the caller as VideoError instead. HERMES_VIDEO_DEBUG=1 leaves every
 from __future__ import annotations
 
 import contextlib
-import io
+import json
 import os
 import re
 import shutil
@@ -19,11 +19,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 # decord's (dmlc) log lines and FFmpeg's, as they start on stderr.
 _NATIVE_LINE = re.compile(rb"^(\[\d\d:\d\d:\d\d\] \S+\.(cc|h):\d+: |\[[\w.-]+ @ 0x[0-9a-f]+\] )")
@@ -170,24 +169,61 @@ def remux(path: Path) -> Path | None:
     return out
 
 
-def ffmpeg_frame(path: Path, at_s: float, size: tuple[int, int] | None) -> np.ndarray | None:
-    """The frame shown at `at_s` seconds (from the video stream's start), decoded by ffmpeg alone:
-    single-threaded, from the key frame before it, exiting at the first decoding error. Upright
-    (rotation applied) and scaled to `size` (w, h) when given, as decord gives frames. None without
-    ffmpeg, or when a packet on the way is damaged."""
-    exe = ffmpeg_tool("ffmpeg")
+def start_offset(path: Path) -> float:
+    """Seconds from the container's start to its first video stream's start (0 without ffprobe or
+    when either is unknown). decord counts frame times from the stream's start, ffmpeg's -ss from
+    the container's: the two differ when another stream (sound) starts first."""
+    exe = ffmpeg_tool("ffprobe")
     if exe is None:
-        return None
-    # 1 ms early: the first frame at or after it is the one that starts at `at_s`.
-    cmd = [exe, "-nostdin", "-v", "error", "-xerror", "-threads", "1", "-ss", f"{max(0.0, at_s - 1e-3):.6f}"]
-    cmd += ["-i", str(path), "-map", "0:v:0", "-frames:v", "1"]
-    if size is not None:
-        cmd += ["-vf", f"scale={size[0]}:{size[1]}"]
+        return 0.0
+    cmd = [exe, "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=start_time:format=start_time"]
     try:
-        done = subprocess.run([*cmd, "-f", "image2pipe", "-c:v", "ppm", "-"], capture_output=True, timeout=60)
+        out = subprocess.run([*cmd, "-of", "json", str(path)], capture_output=True, text=True, timeout=30)
+        info = json.loads(out.stdout)
+        return float(info["streams"][0]["start_time"]) - float(info["format"]["start_time"])
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+        return 0.0
+
+
+# What FFmpeg's showinfo filter says of each frame it passes: its time and its size.
+_SHOWINFO = re.compile(rb"\bn:\s*\d+\s+pts:\s*-?\d+\s+pts_time:(\S+).*?\bs:(\d+)x(\d+)")
+
+
+def ffmpeg_frames(
+    path: Path, starts: Sequence[float], slack: Sequence[float], size: tuple[int, int] | None, offset: float = 0.0
+) -> list[np.ndarray | None]:
+    """The frames that start at `starts` (seconds from the video stream's start, ascending), decoded
+    by FFmpeg alone in one pass from the key frame before the first, single-threaded, as its own
+    player decodes: a damaged packet is skipped and the frames that refer to it are concealed. None
+    for each frame that FFmpeg's decoder does not output (its packet is damaged beyond repair) and
+    for all of them without ffmpeg. A frame is matched to a start within its `slack` seconds.
+    Upright (rotation applied) and scaled to `size` (w, h) when given, as decord gives frames.
+    `offset`: the stream's start after the container's (`start_offset`)."""
+    exe = ffmpeg_tool("ffmpeg")
+    if exe is None or not starts:
+        return [None] * len(starts)
+    # -copyts keeps the stream's own times in the filters (t); -ss and -t count from the container's start.
+    raw = [t + offset for t in starts]
+    wanted = "+".join(f"between(t\\,{t - s:.6f}\\,{t + s:.6f})" for t, s in zip(raw, slack, strict=True))
+    chain = [f"select='{wanted}'", *([f"scale={size[0]}:{size[1]}"] if size else []), "showinfo"]
+    first, last = starts[0] - slack[0] + offset, starts[-1] + slack[-1] + offset
+    cmd = [exe, "-nostdin", "-hide_banner", "-loglevel", "info", "-threads", "1", "-copyts"]
+    cmd += ["-ss", f"{max(0.0, first):.6f}", "-t", f"{last - max(0.0, first):.6f}", "-i", str(path)]
+    cmd += ["-map", "0:v:0", "-vf", ",".join(chain), "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24"]
+    try:
+        done = subprocess.run([*cmd, "-"], capture_output=True, timeout=REMUX_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0 or not done.stdout:
-        return None
-    with Image.open(io.BytesIO(done.stdout)) as image:  # PPM: its header says the size
-        return np.asarray(image.convert("RGB"))
+        return [None] * len(starts)
+    out: list[np.ndarray | None] = [None] * len(starts)
+    at = 0
+    for match in _SHOWINFO.finditer(done.stderr):
+        w, h = int(match[2]), int(match[3])
+        pixels = done.stdout[at : at + w * h * 3]
+        at += w * h * 3
+        if len(pixels) < w * h * 3:
+            break  # ffmpeg stopped part-way through this frame
+        t = float(match[1]) - offset
+        k = min(range(len(starts)), key=lambda i: abs(starts[i] - t))
+        if abs(starts[k] - t) <= slack[k]:
+            out[k] = np.frombuffer(pixels, np.uint8).reshape(h, w, 3)
+    return out
