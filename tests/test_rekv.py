@@ -190,7 +190,8 @@ def test_stream_json_reports_retrieval_and_host_memory_and_stops_at_the_cap(clip
 
     args = ["stream", str(clips["short"]), "--model", "tiny", "--policy", "rekv", "--json", "--chunk-frames", "2"]
     args += ["--fps", "1", "--budget", "400", "--max-new-tokens", "2", "--ask", "2:What is happening?"]
-    assert main([*args, "--host-cap-mb", "1.2"]) == 0
+    # fp32 whatever --dtype auto picks here: the cap is sized in fp32 bytes (bf16 would halve them).
+    assert main([*args, "--dtype", "fp32", "--host-cap-mb", "1.2"]) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     chunks = [e for e in events if e["event"] == "chunk"]
     (answer,) = [e for e in events if e["event"] == "answer"]
