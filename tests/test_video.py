@@ -36,7 +36,7 @@ from hermes.video.decoding import (
 )
 from hermes.video.errors import Skipped
 from hermes.video.native import quiet_native
-from hermes.video.reader import unpad
+from hermes.video.reader import FrameReader, unpad
 from tests.corpus import (
     DAMAGED,
     DAMAGED_AFTER_S,
@@ -321,6 +321,24 @@ def test_each_file_is_read_by_decord_as_ffmpeg_shows_it(corpus: dict[str, Path],
     np.testing.assert_allclose([f.t for f in frames], [0, 1], atol=1e-3)
     if name != "tall_32x1024.mp4":  # FFmpeg's reference is not downscaled
         assert_like_ffmpeg(corpus[name], frames)
+
+
+def test_ffmpeg_reads_the_very_frames_decord_does(corpus: dict[str, Path], tmp_path: Path) -> None:
+    """What the reader falls back to picks each frame by its time on the container's clock, from the
+    key frame before: a phone's rotated video, and a broadcast recording (MPEG-TS, which seeks only
+    roughly) at 60 fps whose clock starts at 10,000 s, its sound half a second before its picture."""
+    late = tmp_path / "late.ts"
+    video = ["-itsoffset", "0.5", "-f", "lavfi", "-i", "testsrc2=size=96x64:rate=60:duration=3"]
+    sound = ["-f", "lavfi", "-i", "sine=duration=3.5", "-c:a", "aac", "-output_ts_offset", "10000"]
+    x264 = ["-c:v", "libx264", "-preset", "ultrafast", "-g", "60", "-pix_fmt", "yuv420p"]
+    subprocess.run([clips.ffmpeg_path(), "-v", "error", *video, *sound, *x264, str(late)], check=True)
+    for path, indices in [(corpus["android.mp4"], [0, 7, 13, 19]), (late, [0, 7, 70, 131, 179])]:
+        reader = FrameReader(path)
+        by_ffmpeg = list(reader.read_by_ffmpeg(indices))
+        assert reader.rescued == len(indices)
+        for index, mine, theirs in zip(indices, reader.read(indices), by_ffmpeg, strict=True):
+            assert theirs is not None and theirs.shape == mine.shape, (path.name, index)
+            assert np.abs(theirs.astype(int) - mine).mean() < 1.0, (path.name, index)  # another frame: ~30
 
 
 def test_padded_rows_are_cut_to_the_frame() -> None:

@@ -169,49 +169,56 @@ def remux(path: Path) -> Path | None:
     return out
 
 
-def start_offset(path: Path) -> float:
-    """Seconds from the container's start to its first video stream's start (0 without ffprobe or
-    when either is unknown). decord counts frame times from the stream's start, ffmpeg's -ss from
-    the container's: the two differ when another stream (sound) starts first."""
+def stream_start(path: Path) -> float:
+    """When the file's first video stream starts, in seconds on the container's clock (0 without
+    ffprobe, or when unknown). decord counts frame times from there."""
     exe = ffmpeg_tool("ffprobe")
     if exe is None:
         return 0.0
-    cmd = [exe, "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=start_time:format=start_time"]
+    cmd = [exe, "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=start_time", "-of", "json"]
     try:
-        out = subprocess.run([*cmd, "-of", "json", str(path)], capture_output=True, text=True, timeout=30)
-        info = json.loads(out.stdout)
-        return float(info["streams"][0]["start_time"]) - float(info["format"]["start_time"])
+        out = subprocess.run([*cmd, str(path)], capture_output=True, text=True, timeout=30)
+        return float(json.loads(out.stdout)["streams"][0]["start_time"])
     except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
         return 0.0
 
 
-# What FFmpeg's showinfo filter says of each frame it passes: its time and its size.
-_SHOWINFO = re.compile(rb"\bn:\s*\d+\s+pts:\s*-?\d+\s+pts_time:(\S+).*?\bs:(\d+)x(\d+)")
+# What FFmpeg's showinfo filter says of each frame it passes: its time in microseconds (after settb,
+# below; its pts_time has 6 significant digits, 10 ms after 16 minutes) and its size.
+_SHOWINFO = re.compile(rb"\bn:\s*\d+\s+pts:\s*(-?\d+)\s.*?\bs:(\d+)x(\d+)")
 
 
 def ffmpeg_frames(
-    path: Path, starts: Sequence[float], slack: Sequence[float], size: tuple[int, int] | None, offset: float = 0.0
+    path: Path,
+    starts: Sequence[float],
+    slack: Sequence[float],
+    size: tuple[int, int] | None,
+    *,
+    seek_s: float,
+    origin_s: float = 0.0,
 ) -> list[np.ndarray | None]:
     """The frames that start at `starts` (seconds from the video stream's start, ascending), decoded
-    by FFmpeg alone in one pass from the key frame before the first, single-threaded, as its own
-    player decodes: a damaged packet is skipped and the frames that refer to it are concealed. None
-    for each frame that FFmpeg's decoder does not output (its packet is damaged beyond repair) and
-    for all of them without ffmpeg. A frame is matched to a start within its `slack` seconds.
-    Upright (rotation applied) and scaled to `size` (w, h) when given, as decord gives frames.
-    `offset`: the stream's start after the container's (`start_offset`)."""
+    by FFmpeg alone in one pass from `seek_s` (a key frame's start, or before it), single-threaded,
+    as its own player decodes: a damaged packet is dropped and the frames that refer to it are
+    concealed. None for each frame that FFmpeg's decoder does not output (its packet is damaged
+    beyond repair), and for all of them without ffmpeg. A frame is matched to a start within its
+    `slack` seconds. Upright (rotation applied) and scaled to `size` (w, h) when given, as decord
+    gives frames. `origin_s`: where the stream starts on the container's clock (`stream_start`)."""
     exe = ffmpeg_tool("ffmpeg")
     if exe is None or not starts:
         return [None] * len(starts)
-    # -copyts keeps the stream's own times in the filters (t); -ss and -t count from the container's start.
-    raw = [t + offset for t in starts]
-    wanted = "+".join(f"between(t\\,{t - s:.6f}\\,{t + s:.6f})" for t, s in zip(raw, slack, strict=True))
-    chain = [f"select='{wanted}'", *([f"scale={size[0]}:{size[1]}"] if size else []), "showinfo"]
-    first, last = starts[0] - slack[0] + offset, starts[-1] + slack[-1] + offset
-    cmd = [exe, "-nostdin", "-hide_banner", "-loglevel", "info", "-threads", "1", "-copyts"]
-    cmd += ["-ss", f"{max(0.0, first):.6f}", "-t", f"{last - max(0.0, first):.6f}", "-i", str(path)]
-    cmd += ["-map", "0:v:0", "-vf", ",".join(chain), "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24"]
+    # The container's own clock throughout (-copyts, -seek_timestamp): no start time is added or
+    # taken away, whatever the FFmpeg version; the filters pick the frames, not ffmpeg's trimming.
+    clock = [t + origin_s for t in starts]
+    wanted = "+".join(f"between(t\\,{t - s:.6f}\\,{t + s:.6f})" for t, s in zip(clock, slack, strict=True))
+    scale = [f"scale={size[0]}:{size[1]}"] if size else []
+    chain = [f"trim=end={clock[-1] + slack[-1]:.6f}", f"select='{wanted}'", *scale, "settb=AVTB", "showinfo"]
+    cmd = [exe, "-nostdin", "-hide_banner", "-loglevel", "info", "-threads", "1", "-copyts", "-seek_timestamp", "1"]
+    cmd += ["-noaccurate_seek", "-ss", f"{seek_s + origin_s:.6f}", "-i", str(path), "-map", "0:v:0"]
+    # Passthrough: each frame once, as picked (a constant rate would repeat them to fill the gaps).
+    cmd += ["-vf", ",".join(chain), "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"]
     try:
-        done = subprocess.run([*cmd, "-"], capture_output=True, timeout=REMUX_TIMEOUT_S)
+        done = subprocess.run(cmd, capture_output=True, timeout=REMUX_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return [None] * len(starts)
     out: list[np.ndarray | None] = [None] * len(starts)
@@ -222,7 +229,7 @@ def ffmpeg_frames(
         at += w * h * 3
         if len(pixels) < w * h * 3:
             break  # ffmpeg stopped part-way through this frame
-        t = float(match[1]) - offset
+        t = int(match[1]) / 1e6 - origin_s
         k = min(range(len(starts)), key=lambda i: abs(starts[i] - t))
         if abs(starts[k] - t) <= slack[k]:
             out[k] = np.frombuffer(pixels, np.uint8).reshape(h, w, 3)

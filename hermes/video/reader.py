@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hermes.video.native import codec_name, decord, ffmpeg_frames, ffmpeg_tool, quiet_native, start_offset
+from hermes.video.native import codec_name, decord, ffmpeg_frames, ffmpeg_tool, quiet_native, stream_start
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +100,10 @@ class FrameReader:
         self._vr = self._open()
         self._broken = False  # a decord reader that failed once keeps failing: the next call reopens it
         self._error: Exception | None = None  # decord's last error, for the reason a file cannot be read
-        self._starts: np.ndarray | None = None  # frame starts, their slack and the stream's offset: for FFmpeg
-        self._slack: np.ndarray | None = None
-        self._offset = 0.0
+        self._starts: np.ndarray | None = None  # frame starts, their slack, the key frames and where the stream
+        self._slack: np.ndarray | None = None  # starts on the container's clock: for FFmpeg
+        self._keys: np.ndarray | None = None
+        self._origin = 0.0
         self._frame_size = size  # (w, h) of the frames handed out, once known: FFmpeg's must match
 
     def _open(self):
@@ -148,7 +149,7 @@ class FrameReader:
         for k, index in enumerate(indices):
             image = self._decord_frame(index)
             if image is None:
-                yield from self._by_ffmpeg(indices[k:])
+                yield from self.read_by_ffmpeg(indices[k:])
                 return
             self._frame_size = self._frame_size or (image.shape[1], image.shape[0])
             yield image
@@ -169,19 +170,27 @@ class FrameReader:
         self.threaded = False
         return self._decord_frame(index)
 
-    def _by_ffmpeg(self, indices: list[int]) -> Iterator[np.ndarray | None]:
-        """The frames at `indices` decoded by FFmpeg in one pass; without ffmpeg, each by a fresh decord reader."""
+    def read_by_ffmpeg(self, indices: Sequence[int]) -> Iterator[np.ndarray | None]:
+        """The frames at `indices` (ascending) decoded by FFmpeg in one pass, what `read` falls back to
+        (None for those it does not decode); without ffmpeg, each by a fresh decord reader."""
+        indices = [int(i) for i in indices]
         if ffmpeg_tool("ffmpeg") is None:
             for index in indices:
                 self._broken = True
                 yield self._decord_frame(index)
             return
-        if self._starts is None or self._slack is None:
+        if self._starts is None or self._slack is None or self._keys is None:
             self._starts = self.timestamps()[:, 0]
-            self._slack, self._offset = frame_slack(self._starts), start_offset(self.path)
+            self._slack, self._origin = frame_slack(self._starts), stream_start(self.path)
+            with quiet_native():
+                self._keys = np.asarray(self._reader().get_key_indices(), dtype=np.int64)
         starts = [float(self._starts[i]) for i in indices]
         slack = [float(self._slack[i]) for i in indices]
-        images = ffmpeg_frames(self.path, starts, slack, self._frame_size, self._offset)
+        # From the key frame before the first, a little before it: MPEG-TS, say, seeks only roughly.
+        before = self._keys[self._keys <= indices[0]]
+        key = int(before[-1]) if len(before) else 0
+        seek = float(self._starts[key] - self._slack[key])
+        images = ffmpeg_frames(self.path, starts, slack, self._frame_size, seek_s=seek, origin_s=self._origin)
         for image in images:
             if image is not None:
                 self._frame_size = self._frame_size or (image.shape[1], image.shape[0])
