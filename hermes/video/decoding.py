@@ -419,8 +419,9 @@ def check_start(
     frames: int = START_CHECK_FRAMES,
 ) -> VideoInfo:
     """What Start checks before it says "Streaming": the file opens and its first `frames` frames at
-    `fps` decode, through the same reader a stream uses. Raises VideoError with the reason otherwise
-    ("the file is damaged after 0:01"); a file damaged further in streams up to the damage."""
+    `fps` that decode do (a damaged one among them is skipped, as the stream will), through the same
+    reader a stream uses. Raises VideoError with the reason otherwise ("the file is damaged after
+    0:01": nothing decodes after it); a file that decodes no further later streams up to there."""
     with VideoFile(path, max_side=max_side) as vf:
         try:
             for _ in islice(vf.frames(fps, batch_size=frames), frames):
