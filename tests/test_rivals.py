@@ -110,6 +110,28 @@ def test_sink_keeps_the_first_video_tokens_of_the_stream_and_the_newest():
     assert torch.topk(scores, 3).indices.sort().values.tolist() == [0, 1, 4]
 
 
+# -- SimpleStream -----------------------------------------------------------------------------------
+def test_simplestream_keeps_every_token_of_the_newest_frames_and_nothing_else():
+    # Frames of 3, 2, 3, 1 and 2 tokens (their sizes differ: a whole frame is kept however long).
+    frames = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 4])
+    g = torch.Generator().manual_seed(4)
+    keys, values = torch.randn(HEADS, 11, DIM, generator=g), torch.randn(HEADS, 11, DIM, generator=g)
+    cache, pol, _ = filled_cache("simplestream", keys, values, frames, budget=100)
+    assert pol.scorer.frames == 4  # SimpleStream's paper: the last 4 frames
+    compress(cache, pol)  # the budget (100) does not matter: the window is counted in frames
+    for layer in cache.layers:
+        assert layer.video_ids.tolist() == [3, 4, 5, 6, 7, 8, 9, 10]  # frames 1 to 4, whole
+        assert torch.equal(layer.keys[0, :, :8], keys[:, 3:]) and torch.equal(layer.values[0, :, :8], values[:, 3:])
+    two = make_policy("simplestream", HermesConfig(budget=100), {"simplestream.frames": "2"})
+    assert two.scorer.frames == 2 and two.selection.frames_kept == 2
+    cache, _, _ = filled_cache("simplestream", keys, values, frames, budget=100)
+    compress(cache, two)
+    assert all(layer.video_ids.tolist() == [8, 9, 10] for layer in cache.layers)  # frames 3 and 4
+    with pytest.raises(PolicyError, match="at least 1"):
+        make_policy("simplestream", HermesConfig(), {"simplestream.frames": 0})
+    assert make_policy("simplestream+dtd", HermesConfig()).input_filter == DifferentialDrop()
+
+
 # -- InfiniPot-V -----------------------------------------------------------------------------------
 def _infinipot_case():
     """4 frames x 4 patches. Patches 0 and 1 show the same thing in every frame (static keys);
