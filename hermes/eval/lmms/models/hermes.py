@@ -25,7 +25,8 @@ from hermes.models.loading import DEFAULT_MODEL, load_video_lm, set_threads
 
 class HermesLMM(lmms):
     """model_args: pretrained (a hub id, a local folder, or 'tiny', 'tiny-qwen', 'tiny-qwen3'),
-    policy (any policy name: hermes, fifo, full, sink, infinipot-v, streammem, each also with +dtd),
+    policy (any policy name: hermes, fifo, full, sink, infinipot-v, streammem, rekv, simplestream,
+    each also with +dtd; rekv retrieves with the whole prompt, the only text lmms-eval hands over),
     budget, chunk_frames, fps (default: the model's), reindex (default: the paper's, lazy for
     OVO-Bench and eager for the offline benchmarks), dtype,
     frames_fps (the rate of tasks that give frame folders) and threads (torch's CPU threads, as
