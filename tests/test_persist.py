@@ -22,7 +22,7 @@ from tests.helpers import assert_same_memory, memory_state
 from tests.persist_child import FRAMES, QUESTION, chunk, go_on
 
 ROOT = Path(__file__).resolve().parent.parent
-POLICIES = ["hermes", "fifo", "full", "sink", "infinipot-v", "streammem", "rekv"]
+POLICIES = ["hermes", "fifo", "full", "sink", "infinipot-v", "streammem", "rekv", "simplestream"]
 BACKBONES = {"tiny": "llava_lm", "tiny-qwen": "qwen_lm", "tiny-qwen3": "qwen3_lm", "tiny-qwen35": "qwen35_lm"}
 BUDGET = 40  # below one chunk's video tokens on every tiny backbone: each chunk evicts
 SAVED_AFTER, STOP = 2, 3  # chunks before the save, and the chunk the resumed stream stops before
@@ -56,7 +56,7 @@ def _cases() -> list[tuple[str, str, dict]]:
     return cases
 
 
-@pytest.mark.timeout(900)  # 31 streams, in two processes, on a machine that may be shared
+@pytest.mark.timeout(900)  # 35 streams, in two processes, on a machine that may be shared
 def test_a_stream_loaded_in_a_fresh_process_goes_on_bit_for_bit(request, tmp_path):
     """For each backbone and policy: N chunks, save, load in another process, M more chunks and a
     question; the answer, its first-token log-probabilities and the memory equal the uninterrupted

@@ -145,6 +145,8 @@ def status_text(stream: LiveStream) -> str:
     text = head + "  \n" + " · ".join(parts)
     if (lag := behind_text(status, view)) is not None:
         text += f"  \n🐢 {lag}"
+    if status.skipped:
+        text += f"  \n⚠️ {status.skipped}"
     if status.error:
         text += f"  \n⚠️ {status.error}"
     if status.note:

@@ -36,6 +36,7 @@ _METHOD_LABELS = {
     "infinipot-v": "InfiniPot-V",
     "streammem": "StreamMem",
     "rekv": "ReKV",
+    "simplestream": "SimpleStream",
 }
 _METHOD_COLORS = {
     "hermes": "#4f46e5",
@@ -45,6 +46,7 @@ _METHOD_COLORS = {
     "infinipot-v": "#be185d",
     "streammem": "#15803d",
     "rekv": "#7c3aed",
+    "simplestream": "#57534e",
 }
 # Every policy name the app offers: a method, or a method with +dtd (drawn in its method's colour).
 LABELS = {p: " + ".join(_METHOD_LABELS.get(part, part.upper()) for part in p.split("+")) for p in POLICIES}

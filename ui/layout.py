@@ -175,7 +175,8 @@ def build_app(
                         info="hermes: hierarchical memory · fifo: newest tokens only · full: no eviction · "
                         "sink: first tokens + window · infinipot-v: redundancy + value norm · streammem: "
                         "template attention + frame prototypes · rekv: a window, every frame in host memory, "
-                        "retrieval per question · +dtd: drop static patches before the model",
+                        "retrieval per question · simplestream: the last 4 frames only · "
+                        "+dtd: drop static patches before the model",
                         elem_id="policy",
                     )
                     compare = gr.Checkbox(

@@ -186,10 +186,12 @@ def cmd_stream(args: argparse.Namespace) -> int:
         print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
     total = max(1, int(info.duration * fps) + 1)
     bar = tqdm(total=total, initial=session.frames_seen, unit="frame", disable=args.json, file=sys.stderr)
-    # A damaged file streams to its last good frame, the questions are answered from what was read,
-    # and then its error ends the command.
+    # A frame that cannot be decoded is skipped, and said; a file that decodes no further streams to
+    # its last good frame, the questions are answered from what was read, and its error ends the command.
     # A resumed stream goes on with the frames after those its memory has seen.
-    frames = UntilDamage(iter_frames(args.video, fps, start=start_time(session)))
+    frames = UntilDamage(
+        iter_frames(args.video, fps, start=start_time(session)), on_skip=lambda skipped: _print_skip(args, skipped, bar)
+    )
     try:
         _print_events(
             args, replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens), bar, saver
@@ -204,6 +206,16 @@ def cmd_stream(args: argparse.Namespace) -> int:
     if frames.damage is not None:
         raise frames.damage
     return 0
+
+
+def _print_skip(args: argparse.Namespace, skipped: Any, bar: Any) -> None:
+    """Say that frames of the file could not be decoded (the stream goes on at the next one)."""
+    if args.json:
+        note = {"event": "skipped", "at_s": skipped.at_s, "frames": skipped.frames, "note": str(skipped)}
+        print(json.dumps(note), flush=True)
+    else:
+        bar.clear()
+        print(f"\nskipped: {skipped}", flush=True)
 
 
 def _print_events(args: argparse.Namespace, events: Iterable, bar: Any, saver: Checkpoints) -> None:

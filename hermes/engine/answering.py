@@ -96,19 +96,20 @@ class MemoryReader:
 
     @torch.inference_mode()
     def ask_stream(
-        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
     ) -> Iterator[AnswerUpdate]:
         """Answer from the memory as it is now, streaming the text token by token.
 
         TTFT runs from this call to the first decoded token. The memory is not changed: the
         question and answer are scratch tokens of the cache, dropped at the end. `remember=False`
         keeps the answer out of `answers` and of the next guidance prompt (a standing question's alert).
+        `query` is what a retrieval policy retrieves with (`retrieval_query`).
         """
         q = self.check_question(question)
         device = self.lm.device
         t0 = now_ms(device)
         with self.memory.scratch():
-            logp, pos = self._read_question(q)
+            logp, pos = self._read_question(q, query)
             token = int(logp.argmax())
             t_first = now_ms(device)
             update = self.first_update(q, logp, t_first - t0)
@@ -153,26 +154,36 @@ class MemoryReader:
         del self.answers[:-ANSWERS_KEPT]
         self.last_turn = (update.question, update.text)
 
-    def _read_question(self, question: str) -> tuple[torch.Tensor, int]:
+    def retrieval_query(self, question: str, query: str | None) -> torch.Tensor:
+        """The tokens (1, n) a retrieval policy retrieves frames with: `query`'s own words, no chat
+        template around them, as ReKV reads the question alone; `question` when `query` is None or
+        blank. A benchmark's prompt wraps the question in instructions and options, so the harness
+        passes the question itself as `query`."""
+        return self.lm.encode((query or "").strip() or question)
+
+    def _read_question(self, question: str, query: str | None = None) -> tuple[torch.Tensor, int]:
         """Prefill the question after the memory, as scratch tokens; log-probabilities of the first
         answer token, and the position that follows the question."""
         ids = self.lm.question_ids(question)
         pos = self.next_position()
-        logits = self._forward_question(ids, pos + torch.arange(ids.shape[-1])[None])
+        positions = pos + torch.arange(ids.shape[-1])[None]
+        logits = self._forward_question(ids, positions, self.retrieval_query(question, query))
         return torch.log_softmax(logits[0, -1].float(), dim=-1), pos + ids.shape[-1]
 
     @torch.inference_mode()
-    def first_token_logprobs(self, question: str) -> torch.Tensor:
+    def first_token_logprobs(self, question: str, query: str | None = None) -> torch.Tensor:
         """Log-probabilities (vocab,) of the first answer token; the memory is not changed.
 
-        Multiple-choice scoring reads the option letters from this.
+        Multiple-choice scoring reads the option letters from this. `query` as for `ask_stream`.
         """
         q = self.check_question(question)
         with self.memory.scratch():
-            return self._read_question(q)[0]
+            return self._read_question(q, query)[0]
 
     @torch.inference_mode()
-    def continuation_logprobs(self, question: str, continuation: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def continuation_logprobs(
+        self, question: str, continuation: list[int], query: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The log-probability (n,) of each token of `continuation` as the start of the answer, and
         whether each is the greedy choice there (n,); the memory is not changed.
 
@@ -185,10 +196,14 @@ class MemoryReader:
         n = len(continuation)
         with self.memory.scratch():
             positions = self.next_position() + torch.arange(ids.shape[-1] + n)[None]
-            logits = self._forward_question(torch.cat([ids, target], dim=-1), positions, logits_to_keep=n + 1)
+            logits = self._forward_question(
+                torch.cat([ids, target], dim=-1), positions, self.retrieval_query(q, query), logits_to_keep=n + 1
+            )
         logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # the logits before each continuation token
         return logp.gather(-1, target[0, :, None].to(logp.device))[:, 0], logp.argmax(-1).cpu() == target[0].cpu()
 
-    def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True) -> AnswerUpdate:
+    def ask(
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
+    ) -> AnswerUpdate:
         """Answer and return the final update (text, TTFT, TPOT, top log-probabilities)."""
-        return deque(self.ask_stream(question, max_new_tokens, remember), maxlen=1)[0]
+        return deque(self.ask_stream(question, max_new_tokens, remember, query), maxlen=1)[0]

@@ -276,12 +276,14 @@ class StreamingSession(MemoryReader):
             return None
         return self.retrieval.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
 
-    def _forward_question(self, ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    def _forward_question(
+        self, ids: torch.Tensor, positions: torch.Tensor, query: torch.Tensor, **kwargs: Any
+    ) -> torch.Tensor:
         """The model over question tokens after the memory, as scratch tokens; a retrieval policy
-        first brings back each layer's best frames (`HostRetrieval.forward`)."""
+        first brings back each layer's best frames for the `query` tokens (`HostRetrieval.forward`)."""
         if self.retrieval is None:
             return self.lm.forward(self.memory, ids, positions, **kwargs)
-        return self.retrieval.forward(self.lm, self.memory, ids, positions, **kwargs)
+        return self.retrieval.forward(self.lm, self.memory, ids, positions, query, **kwargs)
 
     def _guidance_ids(self) -> tuple[torch.Tensor, int]:
         """The guidance prompt's ids and the length of its global part. Tokenized again only when

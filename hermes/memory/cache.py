@@ -272,15 +272,16 @@ class HermesLayer(BufferLayer):
         """The storage laid out by slot: keys, values and, if kept, origin keys."""
         return (self._k, self._v) if self._k0 is None else (self._k, self._v, self._k0)
 
-    def _origin_keys(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys to rotate from, and the positions they sit at: the origin keys where kept."""
+    def origin_keys(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys to rotate from (the whole buffer, prefix included), and the positions of the slots
+        after the prefix: the origin keys where kept, else the keys themselves."""
         return (self._k, self.positions) if self._k0 is None else (self._k0, self.origins)
 
     def _fold(self, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Algorithm 1 as a running mean: v = (n v + sum V_ev) / (n + m), keys phase-aligned first."""
         p = self.prefix_len
         idx = (p + evicted_slots).to(self.device)
-        keys, at = self._origin_keys()
+        keys, at = self.origin_keys()
         k_ev = keys.index_select(-2, idx)
         v_ev = self._v.index_select(-2, idx)
         # Rotate every evicted key to the summary's position, so that they average in one phase.
@@ -297,7 +298,7 @@ class HermesLayer(BufferLayer):
         """The mean key and value of `slots` (slot indices after the prefix), keys first rotated to
         where the first slot sits; as many tensors as `_buffers` (the origin key too, if kept)."""
         idx = (self.prefix_len + slots).to(self.device)
-        keys, at = self._origin_keys()
+        keys, at = self.origin_keys()
         first = slots[:1]
         k = rotate_keys(keys.index_select(-2, idx), at[:, first] - at[:, slots], self.rope).float().mean(-2, True)
         v = self._v.index_select(-2, idx).float().mean(-2, True).to(self._v.dtype)
@@ -314,7 +315,7 @@ class HermesLayer(BufferLayer):
         new = compact_positions(old, p + off)
         if bool((new - old).any()):
             start, end = p + off, self.committed
-            keys, at = self._origin_keys()
+            keys, at = self.origin_keys()
             self._k[..., start:end, :] = rotate_keys(keys[..., start:end, :], new - at[:, off:], self.rope)
             self.positions = torch.cat([self.positions[:, :off], new], dim=1)
 

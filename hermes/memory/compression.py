@@ -69,6 +69,7 @@ def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None,
     held = cache.kv_layers[layer]
     start = held.prefix_len + held.video_offset
     off = held.video_offset
+    origin_keys, origins = held.origin_keys()
     return LayerInputs(
         layer,
         cache.tiers,
@@ -80,4 +81,7 @@ def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None,
         frames=held.frames[off:],
         patches=held.patches[off:],
         keep=keep,
+        origin_keys=origin_keys[..., start : held.committed, :],
+        origins=origins[:, off:],
+        rope=held.rope,
     )

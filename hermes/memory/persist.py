@@ -267,7 +267,7 @@ def check_cache(memory: MemoryFile) -> tuple[dict[str, Any], HermesConfig, RopeS
     for key in ("tokens_seen", "compactions"):
         field(header, key)
     capacity = header.get("capacity")
-    if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+    if capacity is not None and (not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0):
         raise MemoryFileError("the memory file's header is damaged: 'capacity' is malformed")
     return header, config, rope, dtype
 

@@ -9,9 +9,10 @@ summary slot, or StreamMem's frame prototypes) are separate steps;
 (`+dtd`) acts before the prefill, on the chunk's tokens. A question-time step (ReKV's retrieval
 from a host store) is one more optional part, read where the engine prefills a question.
 
-Names: a method (`hermes`, `fifo`, `full`, `sink`, `infinipot-v`, `streammem`, `rekv`), optionally
-followed by `+` and an input filter (`dtd`): `hermes+dtd`. Each method's constants live in its
-scorer's dataclass, once; `params` overrides them by `method.field` (`infinipot-v.tar_ratio`).
+Names: a method (`hermes`, `fifo`, `full`, `sink`, `infinipot-v`, `streammem`, `rekv`,
+`simplestream`), optionally followed by `+` and an input filter (`dtd`): `hermes+dtd`. Each
+method's constants live in its scorer's dataclass, once; `params` overrides them by
+`method.field` (`infinipot-v.tar_ratio`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from hermes.memory.config import HermesConfig
 from hermes.memory.rivals.dtd import DifferentialDrop
 from hermes.memory.rivals.infinipot import TarVan
 from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
+from hermes.memory.rivals.simplestream import RecentFrames, RecentWindow
 from hermes.memory.rivals.sink import SinkWindow
 from hermes.memory.rivals.streammem import FramePrototypes, ProxyAttention
 from hermes.memory.scorer import Guidance, LayerInputs, Scorer
@@ -90,7 +92,7 @@ class MemoryPolicy:
     name: str
     scorer: Scorer | None = None
     smoothing: CrossLayerSmoothing | None = None
-    selection: TopK | FramePrototypes | FrameWindow | None = None
+    selection: TopK | FramePrototypes | FrameWindow | RecentFrames | None = None
     input_filter: DifferentialDrop | None = None
     retrieval: FrameRetrieval | None = None  # the question-time step: frames brought back per question
 
@@ -143,6 +145,11 @@ def _rekv(config: HermesConfig, scorer: Any) -> MemoryPolicy:
     return MemoryPolicy("rekv", scorer, None, FrameWindow(config.budget), retrieval=scorer)
 
 
+def _simplestream(config: HermesConfig, scorer: Any) -> MemoryPolicy:
+    """The newest frames whole, nothing else: the token budget does not apply."""
+    return MemoryPolicy("simplestream", scorer, None, RecentFrames(window=scorer.frames))
+
+
 # Each method: its scorer's dataclass (the one home of its constants; None for `full`, which
 # scores nothing) built from the config where HERMES's own constants live, and how to compose it.
 _Builder = Callable[[HermesConfig, Any], MemoryPolicy]
@@ -154,6 +161,7 @@ METHODS: dict[str, tuple[Callable[[HermesConfig], Any] | None, _Builder]] = {
     "infinipot-v": (lambda c: TarVan(), _infinipot),
     "streammem": (lambda c: ProxyAttention(), _streammem),
     "rekv": (lambda c: FrameRetrieval(), _rekv),
+    "simplestream": (lambda c: RecentWindow(), _simplestream),
 }
 FILTERS: dict[str, Callable[[], DifferentialDrop]] = {"dtd": DifferentialDrop}
 # The names a viewer picks from: every method, and every method with each filter.

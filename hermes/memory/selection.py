@@ -41,6 +41,11 @@ class TopK:
         """Video slots a layer of `tier` keeps."""
         return self.capacity - (1 if self.summarises(tier) else 0)
 
+    @property
+    def frames_kept(self) -> int | None:
+        """Frames a layer keeps, for a selection that counts frames, not slots; None here."""
+        return None
+
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -11,7 +11,9 @@ key (`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * hea
 bytes, tensors = 3 in bf16 and fp16, 2 in fp32), and a hybrid model's linear-attention layers add
 their states, whose size does not depend on the stream (0 for the other backbones),
 
-summed over the stream's caches (two in compare mode). A retrieval policy (rekv) holds its window
+summed over the stream's caches (two in compare mode). `simplestream` holds its last N frames
+whatever the budget: at most N frames' blocks (`block_tokens_bound`; one block per frame pair
+where the model merges them and the chunks have whole pairs). A retrieval policy (rekv) holds its window
 and, while it answers, the frames it brings back: top_k frame blocks of at most the tokens a
 block of the largest frames the decoder hands over takes (`block_tokens_bound`). Its host store is
 counted apart, against the CPU's allowance (`host_bytes_for`, `host_memory_cap`). The `full`
@@ -79,11 +81,18 @@ def block_tokens_bound(lm: VideoLM) -> int:
 
 def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
     """Slots after the prefix that each layer holds once the budget is reached; for a retrieval
-    policy, with the frames a question brings back."""
+    policy, with the frames a question brings back; for a window counted in frames (simplestream),
+    at most those frames' blocks, whatever the budget."""
     made = make_policy(policy, config)
     if made.capacity is None:
         return full_slot_limit(lm, config)
     room = 0 if made.retrieval is None else made.retrieval.top_k * block_tokens_bound(lm)
+    frames = made.selection.frames_kept
+    if frames is not None:
+        # Merged pairs hold two frames each, unless a chunk of odd length pads its last pair.
+        pairs = config.chunk_frames % lm.frame_multiple == 0
+        blocks = -(-frames // lm.frame_multiple) if pairs else frames
+        return blocks * block_tokens_bound(lm) + room
     return made.capacity + room
 
 
