@@ -55,8 +55,8 @@ def play(
     """
     pending = sorted(items, key=lambda it: (when(it) is None, when(it) or 0.0))
     chunker = Chunker(session.config.chunk_frames)
-    # A stream loaded from its memory file numbers its frames and chunks on from where it stopped.
-    chunker.next_index, chunker.chunks_emitted = session.frames_seen, session.chunks_seen
+    # A stream loaded from its memory file numbers its frames on from where it stopped.
+    chunker.next_index = session.frames_seen
     start = time.monotonic()
 
     def flush() -> Iterator[ChunkReport]:
