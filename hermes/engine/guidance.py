@@ -25,7 +25,8 @@ from hermes.memory.cache import HermesCache
 from hermes.models.base import VideoLM
 
 # Short on purpose: the guidance pass runs after every chunk past the budget, and its cost grows
-# with the prompt's length (a byte-level tokenizer spends one token per character).
+# with the prompt's length (25 or 26 tokens with the real Qwen vocabularies; a tiny model's
+# byte-level tokenizer spends one token per character).
 GLOBAL_PROMPT = "Recall the story: main actors, key events, timeline."
 LOCAL_PROMPT = "This scene: objects, fine actions, where things are."
 # The history (the last question and its answer) carries the user's interest into the guidance.

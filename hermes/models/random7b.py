@@ -257,7 +257,10 @@ def load_random_7b(
         raise ModelLoadError(f"unknown random-weight model {name!r}; choose one of {', '.join(RANDOM_MODELS)}")
     arch = RANDOM_MODELS[name]
     dev = pick_device(device)
-    processor = _processor(arch)
+    try:
+        processor = _processor(arch)
+    except ModuleNotFoundError as exc:
+        raise ModelLoadError(str(exc)) from exc
     config = random_config(name, processor.tokenizer, text, vision)
     billions = parameter_count(config) / 1e9
     if dev.type == "cpu" and not allow_cpu and billions > CPU_MAX_BILLIONS:

