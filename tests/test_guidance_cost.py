@@ -110,3 +110,21 @@ def test_a_short_pass_runs_the_linear_layers_as_one_chunk(qwen35_lm, monkeypatch
     assert sizes and set(sizes) == {None}
     for layer, weights in padded.items():
         assert torch.allclose(short[layer], weights, atol=1e-5, rtol=1e-4), layer
+
+
+def test_an_argument_it_cannot_cut_falls_back_to_the_whole_prompt(llava_lm, monkeypatch) -> None:
+    """A decoder-layer argument per token that the cut does not know (another transformers release):
+    the pass runs on every token instead, and reads the same attention."""
+    session = _streamed(llava_lm)
+    ids, _, queries = _hermes_queries(session)
+    layers = llava_lm.language_model.layers
+    extra = layers[-1].register_forward_pre_hook(
+        lambda m, a, k: (a, {**k, "unknown_per_token": torch.zeros(ids.shape[-1])}), with_kwargs=True, prepend=True
+    )
+    try:
+        weights = probe_attention(llava_lm, session.memory, ids, queries)
+    finally:
+        extra.remove()
+    reference = _full_pass(llava_lm, session.memory, ids, queries)
+    for layer, w in reference.items():
+        assert torch.allclose(weights[layer], w, atol=1e-5, rtol=1e-4), layer

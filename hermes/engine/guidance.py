@@ -224,8 +224,13 @@ def _cut(key: str, value: object, keep: int, n: int) -> object:
         keys = value[..., : value.shape[-1] - (n - keep)]
         return keys[:, :, :keep] if keys.dim() == 4 else keys
     if isinstance(value, torch.Tensor):
-        raise ValueError(f"cannot cut the decoder layers' argument {key!r} to the leading tokens")
+        raise _CannotCut(key)
     return value
+
+
+class _CannotCut(ValueError):
+    """A decoder layer got a per-token argument this module does not know how to cut (another
+    transformers release, say): the pass then runs on every token, as it always may."""
 
 
 def probe_attention(
@@ -241,10 +246,14 @@ def probe_attention(
     positions = memory.next_position + torch.arange(n)[None]
     modules = lm.attention_modules()
     needed = tokens_needed([module.layer_idx for module in modules], queries, n)
-    with (
-        memory.scratch(),
-        leading_tokens_only(lm.language_model.layers, needed, n),
-        AttentionProbe(modules, list(queries), queries, stop_early=True) as probe,
-    ):
-        lm.forward(memory, ids, positions)
+    try:
+        with (
+            memory.scratch(),
+            leading_tokens_only(lm.language_model.layers, needed, n),
+            AttentionProbe(modules, list(queries), queries, stop_early=True) as probe,
+        ):
+            lm.forward(memory, ids, positions)
+    except _CannotCut:
+        with memory.scratch(), AttentionProbe(modules, list(queries), queries, stop_early=True) as probe:
+            lm.forward(memory, ids, positions)
     return probe.weights
