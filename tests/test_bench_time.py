@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from hermes.bench import BenchResult, BenchSettings, Point, headline, run_bench
+from hermes.bench import BenchResult, BenchSettings, Point, headline, run_bench, synthetic_chunk
 from hermes.bench.peak import VisionTimer, chunk_flops, gemm_peak, vision_modules
 from hermes.bench.report import render_comparison, render_markdown, time_split
 from hermes.memory.config import HermesConfig
@@ -36,8 +37,8 @@ def test_a_run_times_the_vision_encoder_and_counts_the_flops(llava_lm) -> None:
 
 def test_the_flop_count_splits_vision_from_the_language_model(llava_lm) -> None:
     """The tiny SigLIP at 384 px: its FLOPs are at least its matrix multiplies over 729 patches a frame."""
-    settings = BenchSettings(policies=("hermes",), frames=(2,), config=HermesConfig(budget=64, chunk_frames=2))
-    flops = chunk_flops(llava_lm, settings)
+    chunk = synthetic_chunk(np.random.default_rng(0), 0, 2, 384, 0.5, 0)
+    flops = chunk_flops(llava_lm, HermesConfig(budget=64, chunk_frames=2), chunk)
     tower = llava_lm.model.model.vision_tower
     linear = sum(m.weight.numel() for m in tower.modules() if isinstance(m, torch.nn.Linear))
     assert flops["vision"] >= 2 * linear * 729 * 2

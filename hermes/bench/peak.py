@@ -12,16 +12,14 @@ smaller frames, a smaller model), one far below it loses time outside the big mu
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from hermes.engine.chunk import Chunk
+from hermes.engine.session import StreamingSession
+from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
-
-if TYPE_CHECKING:
-    from hermes.bench.run import BenchSettings
 
 # Square matrices of this side: large enough to run at the peak, small enough for a quick measurement
 # (a GPU needs far larger ones than a CPU, or kernel launches are all that is timed).
@@ -103,15 +101,10 @@ class VisionTimer:
         return ms
 
 
-def chunk_flops(lm: VideoLM, settings: BenchSettings) -> dict[str, int]:
-    """The FLOPs of one chunk's prefill at the benchmark's settings: the vision encoder's and the
-    language model's, counted on a throwaway session (its first chunk: nothing cached before it)."""
-    from hermes.bench.run import synthetic_chunk
-    from hermes.engine.session import StreamingSession
-
-    session = StreamingSession(lm, settings.config, policy="fifo")
-    n = settings.config.chunk_frames
-    chunk = synthetic_chunk(np.random.default_rng(0), 0, n, settings.frame_size, settings.config.fps, 0)
+def chunk_flops(lm: VideoLM, config: HermesConfig, chunk: Chunk) -> dict[str, int]:
+    """The FLOPs of prefilling `chunk`: the vision encoder's and the language model's, counted on a
+    throwaway session with `config` (its first chunk: nothing cached before it)."""
+    session = StreamingSession(lm, config, policy="fifo")
     with FlopCounterMode(display=False) as counter:
         session.ingest(chunk)
     flops = counter.get_flop_counts()

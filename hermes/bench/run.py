@@ -358,7 +358,10 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
     cap = settings.memory_cap if settings.memory_cap is not None else memory_cap_for(lm)
     warm_up(lm, settings)
     # Where the time goes (see hermes.bench.peak): measured before the stream, on a machine at rest.
-    peaks, flops = gemm_peaks(lm.device), chunk_flops(lm, settings)
+    first = synthetic_chunk(
+        np.random.default_rng(0), 0, settings.config.chunk_frames, settings.frame_size, settings.config.fps, 0
+    )
+    peaks, flops = gemm_peaks(lm.device), chunk_flops(lm, settings.config, first)
     largest = settings.frames[-1]
     limits = {
         p: min(largest, settings.full_max_frames or largest) if parse_policy(p)[0] == "full" else largest
