@@ -22,7 +22,9 @@ from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args,
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("stream", help="stream a video file and answer questions at given times")
     p.add_argument("video")
-    add_memory_options(p, model_help=f"{MODEL_HELP} (default: $HERMES_MODEL or the LLaVA-OV 0.5B checkpoint)")
+    add_memory_options(
+        p, model_help=f"{MODEL_HELP} (default: $HERMES_MODEL, else LLaVA-OV 0.5B on a GPU, Qwen3.5-0.8B on a CPU)"
+    )
     p.add_argument(
         "--ask",
         action="append",
@@ -70,15 +72,13 @@ def checked_params(args: argparse.Namespace) -> dict[str, str]:
 
 def _session(args: argparse.Namespace, memory=None):
     """A new session, or, with --load-memory, the saved one (`memory`, the file already read)."""
-    import os
-
     from hermes.engine.session import StreamingSession
-    from hermes.models.loading import DEFAULT_MODEL, load_video_lm
+    from hermes.models.loading import load_video_lm, requested_model
     from hermes.serving.admission import host_memory_cap
 
     params = checked_params(args)
     placement = model_options(args)
-    lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, **placement)
+    lm = load_video_lm(requested_model(args.model, placement.get("device")), **placement)
     config = config_from_args(args, lm.default_fps)
     host_cap = host_memory_cap(args.host_cap_mb)
     if memory is not None:

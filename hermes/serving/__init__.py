@@ -12,7 +12,13 @@ from hermes.models.base import VideoLM
 from hermes.serving.admission import Busy
 from hermes.serving.answers import AnswerEvent, AnswerTicket
 from hermes.serving.live import LiveStream
-from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
+from hermes.serving.model import (
+    DEFAULT_MODEL,
+    FALLBACK_MODEL,
+    keep_up_hint,
+    load_model_or_fallback,
+    requested_model,
+)
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, POLICIES, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
@@ -48,6 +54,8 @@ __all__ = [
     "VideoLM",
     "WatchError",
     "WatchPoint",
+    "keep_up_hint",
     "layer_tiers",
     "load_model_or_fallback",
+    "requested_model",
 ]
