@@ -12,9 +12,10 @@ pads on processors with AVX-512 (decord's batches then fail). For each decord gi
   (FFmpeg's, or one once a frame failed with them), and the time to open a file (index and first
   frame).
 
-Frames per second are the best of --repeats runs. The ratios at the end say whether H.264 keeps
-its speed in the app's reader (against decord alone with threads, the code before) and what VP9
-gets, which failed before.
+Frames per second are the best of --repeats runs, the ways of reading a clip taking turns (so that a
+change in the machine's load reaches them alike). The ratios at the end say whether H.264 keeps its
+speed in the app's reader, a frame at a time, against decord's batches with threads, and what VP9
+and the 96x64 clip get.
 
     python scripts/decode_bench.py --decord 0.6.0= --decord 3.4.0=/path/to/decord2-target
 """
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -56,17 +58,21 @@ def make_clips(root: Path, seconds: float) -> dict[str, Path]:
     return out
 
 
-def best_fps(run, repeats: int) -> float | None:
-    """Frames per second of `run()` (which returns a frame count), best of `repeats`; None if it fails."""
-    best = None
+def best_fps(runs: dict[str, Callable[[], int]], repeats: int) -> dict[str, float | None]:
+    """Frames per second of each `run()` (which returns a frame count), best of `repeats`; None if it
+    fails. The runs take turns, so that a change in the machine's load reaches them all alike."""
+    best: dict[str, float | None] = {name: 0.0 for name in runs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        try:
-            frames = run()
-        except Exception:
-            return None
-        fps = frames / (time.perf_counter() - start)
-        best = fps if best is None else max(best, fps)
+        for name, run in runs.items():
+            if best[name] is None:
+                continue
+            start = time.perf_counter()
+            try:
+                frames = run()
+            except Exception:
+                best[name] = None
+                continue
+            best[name] = max(best[name] or 0.0, frames / (time.perf_counter() - start))
     return best
 
 
@@ -102,14 +108,19 @@ def child(clips: dict[str, str], repeats: int) -> None:
 
     result: dict = {"decord": decord.__version__, "clips": {}}
     for codec, path in clips.items():
-        opens = best_fps(partial(app_open, path), repeats)
         with VideoFile(path) as video:
+            runs = {
+                "threaded": partial(decord_alone, decord, path, 0),
+                "single": partial(decord_alone, decord, path, 1),
+                "app_open": partial(app_open, path),
+                "app_every": partial(app_frames, video, None),
+                "app_1fps": partial(app_frames, video, 1.0),
+            }
+            fps = best_fps(runs, repeats)
+            opens = fps.pop("app_open")
             result["clips"][codec] = {
-                "threaded": best_fps(partial(decord_alone, decord, path, 0), repeats),
-                "single": best_fps(partial(decord_alone, decord, path, 1), repeats),
+                **fps,
                 "app_open_ms": None if opens is None else 1000.0 / opens,
-                "app_every": best_fps(partial(app_frames, video, None), repeats),
-                "app_1fps": best_fps(partial(app_frames, video, 1.0), repeats),
                 "app_threads": "FFmpeg's" if video.threaded else "one",
             }
     print(json.dumps(result))
