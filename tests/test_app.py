@@ -282,10 +282,11 @@ def test_app_falls_back_to_the_tiny_model_with_a_banner(monkeypatch):
     from ui import random_weights_banner
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    lm, error = load_model_or_fallback("nobody/no-such-video-model")
+    lm, error = load_model_or_fallback("nobody/no-such-video-model", device="cpu")
     assert lm.random_weights and lm.num_layers == 24 and "no-such-video-model" in error
     banner = random_weights_banner(lm, error)
-    assert "answers are noise" in banner and "memory dynamics are real" in banner and "tiny-24" in banner
+    # On a CPU, the stand-in has the CPU default's architecture (Qwen3.5) and its 24 layers.
+    assert "answers are noise" in banner and "memory dynamics are real" in banner and "tiny-qwen35-24" in banner
     args = app_module.parse_args([])
     assert (args.model, args.host, args.port, args.share, args.max_sessions) == (None, None, None, False, 4)
     assert args.memory_cap_mb is None  # then $HERMES_MEMORY_CAP_MB, else the device's default

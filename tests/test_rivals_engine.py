@@ -118,3 +118,33 @@ def test_streammem_saliency_is_the_eager_attention_of_the_template_tokens(lm):
     for layer, attention in enumerate(out.attentions):
         eager = attention[0].float().mean(dim=(0, 1))[p : p + n]
         assert (probed[layer] - eager).abs().max().item() < 1e-4
+
+
+def test_simplestream_keeps_the_last_frames_with_flat_bytes_and_read_only_questions(lm):
+    """SimpleStream through the engine on every tiny backbone: after each chunk the memory holds the
+    newest N frames whole (a merged frame pair whole: it holds the frame before too), whatever the
+    budget; past N frames its bytes and storage stay put (within 10 s: Qwen3-VL's timestamps gain a
+    digit there); a question changes nothing."""
+    n = 3
+    s = _session(lm, "simplestream", budget=10, params={"simplestream.frames": n})
+    sizes, storage, seen = set(), set(), []
+    for i in range(5):
+        chunk = random_chunk(i, FRAMES)
+        report = s.ingest(chunk)
+        seen += chunk.frame_ids.tolist()
+        # By hand: the last n frames, each named by its frame block (a pair starts at an even frame).
+        newest = seen[-n:]
+        blocks = {f - f % lm.frame_multiple for f in newest}
+        for layer in s.memory.kv_layers:
+            assert set(layer.frames.tolist()) == blocks, i
+            assert layer.video_ids.numel() == s.memory.kv_layers[0].video_ids.numel()
+        if i >= 2:  # the memory has held n frames since chunk 1, and room for the next chunk since chunk 2
+            sizes.add(report.cache_bytes)
+            storage.add(tuple(s.memory.storage()))
+    assert len(sizes) == 1 and len(storage) == 1
+    assert s.memory.slots > 10  # the token budget does not apply: the frames are whole
+    before = memory_state(s.memory)
+    first = s.ask("What is happening?", max_new_tokens=4)
+    assert_same_memory(before, s.memory)
+    assert s.ask("What is happening?", max_new_tokens=4).text == first.text
+    assert_same_memory(before, s.memory)

@@ -27,6 +27,7 @@ from hermes.serving import (
     StreamStatus,
     VideoError,
     WatchError,
+    keep_up_hint,
 )
 from ui import figures
 
@@ -121,11 +122,12 @@ def error_message(text: str) -> dict:
 
 # Behind by more than this, the status line says that the model cannot keep up with the video.
 BEHIND_NOTICE_S = 3.0
+KEEP_UP = "a smaller model, a GPU or fewer frames per second would keep up"
 
 
-def behind_text(status: StreamStatus, view: LiveView) -> str | None:
+def behind_text(status: StreamStatus, view: LiveView, keep_up: str = KEEP_UP) -> str | None:
     """Why the model's picture lags the video, on a slow machine: "the model reads 0.8 frames/s;
-    the stream is 12 s behind". None while it keeps up."""
+    the stream is 12 s behind", and what would keep up (`keep_up`). None while it keeps up."""
     if status.position_s is None:
         return None
     behind = status.position_s - view.stream_time_s
@@ -134,7 +136,7 @@ def behind_text(status: StreamStatus, view: LiveView) -> str | None:
         return None
     return (
         f"The model reads {fps:.1f} frames/s, slower than the video's {view.settings.fps:g}; "
-        f"the stream is {behind:.0f} s behind (a smaller model, a GPU or fewer frames per second would keep up)."
+        f"the stream is {behind:.0f} s behind ({keep_up})."
     )
 
 
@@ -156,8 +158,10 @@ def status_text(stream: LiveStream) -> str:
             f"{policy.label}: {kept} frames in memory, {view.snapshots[policy].cache_bytes / figures.MB:.1f} MB"
         )
     text = head + "  \n" + " · ".join(parts)
-    if (lag := behind_text(status, view)) is not None:
+    if (lag := behind_text(status, view, keep_up_hint(stream.lm.source, stream.lm.device.type))) is not None:
         text += f"  \n🐢 {lag}"
+    if status.skipped:
+        text += f"  \n⚠️ {status.skipped}"
     if status.error:
         text += f"  \n⚠️ {status.error}"
     if status.note:

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hermes.bench.run import OK, BenchResult, Point, spread
-from hermes.engine.methods import BUDGET, FULL, HERMES, as_spec
+from hermes.engine.methods import FULL, HERMES, as_spec
+from hermes.memory.config import HermesConfig
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ TARGETS: dict[str, Target] = {
     "full_over_hermes": Target(">=", 10.0, "at 512 frames"),
     "cache_constant": Target("identical"),
     "compress_over_prefill": Target("<=", 0.05),
+    "guidance_over_prefill": Target("<=", 0.05, "the paper's cheap compression, per compressing chunk"),
     # Frames per second of wall time that prefill plus compression keep up with, by device type.
     "ingest_cpu": Target(">=", 1.0, "the 0.5B shapes on a 2-core CPU, 16-frame chunks"),
     "ingest_cuda": Target(">=", 30.0, "the 7B shapes on one GPU, 16-frame chunks"),
@@ -119,18 +121,19 @@ def headlines(result: BenchResult) -> list[Headline]:
         out.append(
             Headline(name, sorted(set(sizes.values())), ", ".join(f"{v:,}" for v in sizes.values()), "cache_constant")
         )
-    out += [_compression(result), _ingest(result), *_rivals(result)]
+    out += [_compression(result), _guidance(result), _ingest(result), *_rivals(result)]
     return [h for h in out if h is not None]
 
 
 def _rivals(result: BenchResult) -> list[Headline]:
-    """Each rival held at the budget: its TTFT over HERMES's at 512 frames; for each X+dtd, the share
-    of tokens dropped (held to its target on a static clip only) and its ingest frames/s over X's."""
+    """Each rival whose device cache stays a fixed size (the budget; simplestream's last frames): its
+    TTFT over HERMES's at 512 frames; for each X+dtd, the share of tokens dropped (held to its target
+    on a static clip only) and its ingest frames/s over X's."""
     out = []
     hermes = _median(result.point(HERMES, FULL_TARGET_FRAMES))
     for policy in dict.fromkeys(as_spec(p.policy) for p in result.points):
         base = policy.base
-        if BUDGET in policy.plots and base != HERMES and hermes:
+        if policy.build(HermesConfig()).fixed_size and base != HERMES and hermes:
             ttft = _median(result.point(policy, FULL_TARGET_FRAMES))
             if ttft is not None:
                 name = f"{policy} TTFT / hermes TTFT at {FULL_TARGET_FRAMES} frames"
@@ -179,6 +182,83 @@ def _compression(result: BenchResult) -> Headline | None:
         f"{compress:.1f} ms / {prefill:.1f} ms = {compress / prefill:.3f} "
         f"(the guidance pass: {guidance:.1f} ms; scoring, eviction and re-indexing: the rest)",
         "compress_over_prefill",
+    )
+
+
+def _guidance(result: BenchResult) -> Headline | None:
+    """The guidance pass against the prefill, over the chunks that compressed."""
+    steady = [
+        (g, p)
+        for point in result.points
+        if point.policy == HERMES
+        for g, p, e in zip(point.guidance_ms, point.prefill_ms, point.evicted, strict=True)
+        if e > 0
+    ]
+    if not steady:
+        return None
+    guidance, prefill = (statistics.median(column) for column in zip(*steady, strict=True))
+    return Headline(
+        f"hermes guidance pass ms / prefill ms per chunk (median of {len(steady)} compressing chunks)",
+        guidance / prefill,
+        f"{guidance:.1f} ms / {prefill:.1f} ms = {guidance / prefill:.3f}",
+        "guidance_over_prefill",
+    )
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Where a hermes chunk's time goes (medians per chunk), and the share of the machine it uses."""
+
+    vision_ms: float
+    prefill_ms: float  # vision included
+    guidance_ms: float  # over the compressing chunks
+    compress_ms: float  # guidance included, over the compressing chunks
+    vision_gflops: float  # FLOP/s reached, in billions
+    lm_gflops: float
+    prefill_gflops: float
+    peak_gflops: float  # this machine's GEMM peak in the model's dtype
+    peak_dtype: str
+
+    @property
+    def peak_share(self) -> float:
+        return self.prefill_gflops / self.peak_gflops
+
+    def text(self) -> str:
+        lm_ms = self.prefill_ms - self.vision_ms
+        rest = self.compress_ms - self.guidance_ms
+        return (
+            f"vision encoder {self.vision_ms:.0f} ms, language model {lm_ms:.0f} ms "
+            f"(prefill {self.prefill_ms:.0f} ms); "
+            f"guidance pass {self.guidance_ms:.0f} ms, rest of the compression {rest:.0f} ms. Reached: vision "
+            f"{self.vision_gflops:.0f}, language model {self.lm_gflops:.0f}, prefill {self.prefill_gflops:.0f} "
+            f"GFLOP/s = {self.peak_share:.0%} of this machine's {self.peak_dtype} GEMM peak "
+            f"({self.peak_gflops:.0f} GFLOP/s)"
+        )
+
+
+def time_split(result: BenchResult) -> TimeSplit | None:
+    """The hermes chunks' time split and FLOP rates, when the run measured them."""
+    meta = result.meta
+    points = [p for p in result.points if p.policy == HERMES and p.status == OK and p.vision_ms]
+    flops, peaks = meta.get("chunk_flops"), meta.get("gemm_peak_gflops")
+    if not points or not flops or not peaks:
+        return None
+    chunks = [c for p in points for c in zip(p.vision_ms, p.prefill_ms, strict=True)]
+    vision, prefill = (statistics.median(column) for column in zip(*chunks, strict=True))
+    steady = [(g, c) for p in points for g, c, e in zip(p.guidance_ms, p.compress_ms, p.evicted, strict=True) if e]
+    guidance, compress = (statistics.median(column) for column in zip(*steady, strict=True)) if steady else (0, 0)
+    dtype = "bf16" if meta["dtype"] == "bfloat16" else "fp32"
+    lm_flops = flops["language_model"]
+    return TimeSplit(
+        vision,
+        prefill,
+        guidance,
+        compress,
+        flops["vision"] / vision / 1e6 if vision else 0.0,
+        lm_flops / (prefill - vision) / 1e6 if prefill > vision else 0.0,
+        (flops["vision"] + lm_flops) / prefill / 1e6,
+        peaks[dtype],
+        dtype,
     )
 
 
@@ -253,6 +333,15 @@ def render_markdown(result: BenchResult) -> str:
         )
     lines += rivals_table(result)
     lines += retrieval_table(result)
+    split = time_split(result)
+    if split is not None:
+        peaks, flops = meta["gemm_peak_gflops"], meta["chunk_flops"]
+        lines += [
+            "",
+            f"Where a hermes chunk's time goes (medians per chunk): {split.text()}. GEMM peak measured now: "
+            f"bf16 {peaks['bf16']:.0f}, fp32 {peaks['fp32']:.0f} GFLOP/s; FLOPs per chunk: vision "
+            f"{flops['vision'] / 1e9:.0f} G, language model {flops['language_model'] / 1e9:.0f} G.",
+        ]
     lines += ["", "Headline ratios (this run; targets shown, not asserted):"]
     for h in headline(result):
         verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
@@ -263,20 +352,31 @@ def render_markdown(result: BenchResult) -> str:
 def render_comparison(results: list[BenchResult]) -> str:
     """Several models of one run side by side, as Markdown: ingest speed and what the memory holds."""
     lines = [
-        "| model | layers | tokens/frame | hermes ingest frames/s | hermes cache MiB (states) | kv bytes/token |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | layers | tokens/frame | hermes ingest frames/s | guidance / prefill | vision / prefill "
+        "| prefill share of the GEMM peak | hermes cache MiB (states) | kv bytes/token |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         meta = result.meta
-        ingest = _ingest(result)
+        ingest, guidance, split = _ingest(result), _guidance(result), time_split(result)
         hermes = [p for p in result.points if p.policy == HERMES and p.cache_bytes is not None]
         cache = _mib(hermes[-1].cache_bytes) if hermes else "-"
+        shares = ("-", "-")
+        if split is not None:
+            shares = (f"{split.vision_ms / split.prefill_ms:.0%}", f"{split.peak_share:.0%} of {split.peak_dtype}")
         lines.append(
-            f"| {meta['model']} | {_layers_label(meta)} | {meta['tokens_per_frame']:g} "
-            f"| {'-' if ingest is None else f'{ingest.value:.2f}'} | {cache} ({_mib(meta.get('state_bytes', 0))}) "
+            f"| {meta['model']} | {_layers_label(meta)} | {meta['tokens_per_frame']:g} | {_verdict(ingest, '.2f')} "
+            f"| {_verdict(guidance, '.1%')} | {shares[0]} | {shares[1]} | {cache} ({_mib(meta.get('state_bytes', 0))}) "
             f"| {meta['kv_bytes_per_token']:,} |"
         )
     return "\n".join(lines)
+
+
+def _verdict(headline: Headline | None, spec: str) -> str:
+    """A headline's value with met or missed, for a table cell."""
+    if headline is None:
+        return "-"
+    return f"{headline.value:{spec}} ({'met' if headline.met else 'missed'})"
 
 
 def write_html(result: BenchResult, path: str | Path) -> Path:

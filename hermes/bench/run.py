@@ -28,6 +28,7 @@ import numpy as np
 import psutil
 import torch
 
+from hermes.bench.peak import VisionTimer, chunk_flops, gemm_peaks
 from hermes.engine.chunk import Chunk, padded_frames
 from hermes.engine.methods import FULL, HERMES, PolicySpec, parse_policies, policy_names
 from hermes.engine.metrics import free_cached_memory, memory_reading
@@ -101,6 +102,7 @@ class Point:
     prefill_ms: list[float] = field(default_factory=list)  # chunks since the previous frame count
     compress_ms: list[float] = field(default_factory=list)
     guidance_ms: list[float] = field(default_factory=list)  # the guidance pass, part of compress_ms
+    vision_ms: list[float] = field(default_factory=list)  # the vision encoder, part of prefill_ms
     evicted: list[int] = field(default_factory=list)  # tokens evicted per chunk (0: nothing to compress)
     tokens: list[int] = field(default_factory=list)  # tokens prefilled per chunk
     dropped: list[int] = field(default_factory=list)  # tokens the input filter dropped per chunk
@@ -122,7 +124,7 @@ class Point:
     def summary(self) -> dict:
         """The stored numbers plus their median/min/max."""
         out = asdict(self)
-        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms", "guidance_ms", "retrieval_ms"):
+        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms", "guidance_ms", "vision_ms", "retrieval_ms"):
             out[f"{key}_stats"] = spread(getattr(self, key))
         out["ingest_fps"] = self.ingest_fps
         out["device_bytes"] = self.device_bytes
@@ -256,6 +258,7 @@ def run_policy(
     rng = np.random.default_rng(settings.seed)
     points: list[Point] = []
     window: list[ChunkReport] = []
+    vision: list[float] = []  # the vision encoder's ms in each chunk of the window
     window_start = 0  # frames streamed when the window began
     tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
     stopped: tuple[str, str] | None = None  # (status, note) that every later frame count inherits
@@ -280,12 +283,14 @@ def run_policy(
                         f"over the {memory_cap / 2**20:,.0f} MiB cap"
                     )
                 start = session.frames_seen
-                report = session.ingest(
-                    synthetic_chunk(
-                        rng, start, n, settings.frame_size, config.fps, session.chunks_seen, settings.static
+                with VisionTimer(lm) as timer:
+                    report = session.ingest(
+                        synthetic_chunk(
+                            rng, start, n, settings.frame_size, config.fps, session.chunks_seen, settings.static
+                        )
                     )
-                )
                 window.append(report)
+                vision.append(timer.take())
                 tokens_per_frame = (report.tokens + report.dropped) / padded
                 on_frames(n)
             for _ in range(settings.repeats):
@@ -311,6 +316,7 @@ def run_policy(
         point.prefill_ms = [r.prefill_ms for r in window]
         point.compress_ms = [r.compress_ms for r in window]
         point.guidance_ms = [r.guidance_ms for r in window]
+        point.vision_ms = vision
         point.evicted = [r.evicted for r in window]
         point.tokens = [r.tokens for r in window]
         point.dropped = [r.dropped for r in window]
@@ -320,7 +326,7 @@ def run_policy(
             point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
         point.memory_bytes = _memory(device)
         point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
-        window, window_start = [], session.frames_seen
+        window, vision, window_start = [], [], session.frames_seen
     del session
     free_cached_memory(device)
     return points
@@ -347,6 +353,11 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
 
     cap = settings.memory_cap if settings.memory_cap is not None else memory_cap_for(lm)
     warm_up(lm, settings)
+    # Where the time goes (see hermes.bench.peak): measured before the stream, on a machine at rest.
+    first = synthetic_chunk(
+        np.random.default_rng(0), 0, settings.config.chunk_frames, settings.frame_size, settings.config.fps, 0
+    )
+    peaks, flops = gemm_peaks(lm.device), chunk_flops(lm, settings.config, first)
     largest = settings.frames[-1]
     limits = {
         p: min(largest, settings.full_max_frames or largest) if p.build(settings.config).capacity is None else largest
@@ -388,6 +399,8 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
         "full_max_frames": settings.full_max_frames,
         "memory_kind": memory_kind(lm.device),
         "full_positions_note": "full runs past the model's max_position_embeddings (speed does not depend on it)",
+        "gemm_peak_gflops": peaks,
+        "chunk_flops": flops,
     }
     return BenchResult(meta, points)
 

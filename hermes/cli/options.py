@@ -126,7 +126,7 @@ def add_param_option(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="METHOD.FIELD=VALUE",
         help="override one constant of a method or input filter, e.g. infinipot-v.tar_ratio=0.3, "
-        "sink.sinks=8, dtd.threshold=0.7 (repeatable)",
+        "sink.sinks=8, simplestream.frames=8, rekv.similarity=cosine, dtd.threshold=0.7 (repeatable)",
     )
 
 

@@ -111,19 +111,20 @@ class MemoryReader:
 
     @torch.inference_mode()
     def ask_stream(
-        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
     ) -> Iterator[AnswerUpdate]:
         """Answer from the memory as it is now, streaming the text token by token.
 
         TTFT runs from this call to the first decoded token. The memory is not changed: the
         question and answer are scratch tokens of the cache, dropped at the end. `remember=False`
         keeps the answer out of `answers` and of the next guidance prompt (a standing question's alert).
+        `query`: the words the policy's question-time step reads the question by (`query_ids`).
         """
         q = self.check_question(question)
         device = self.lm.device
         t0 = now_ms(device)
         with self.memory.scratch():
-            logp, pos = self.read_question(q)
+            logp, pos = self.read_question(q, query)
             token = int(logp.argmax())
             t_first = now_ms(device)
             update = self.first_update(q, logp, t_first - t0, self.question.cost())
@@ -172,27 +173,37 @@ class MemoryReader:
         del self.answers[:-ANSWERS_KEPT]
         self.last_turn = (update.question, update.text)
 
-    def read_question(self, question: str) -> tuple[torch.Tensor, int]:
+    def query_ids(self, question: str, query: str | None) -> torch.Tensor:
+        """The tokens (1, n) a question-time step reads the question by: `query`'s own words, no chat
+        template around them, as ReKV retrieves with the question alone; `question` when `query` is
+        None or blank. A benchmark's prompt wraps the question in instructions and options, so the
+        harness passes the question itself as `query`."""
+        return self.lm.encode((query or "").strip() or question)
+
+    def read_question(self, question: str, query: str | None = None) -> tuple[torch.Tensor, int]:
         """Prefill the question after the memory, as scratch tokens, through the policy's
-        question-time step; log-probabilities of the first answer token, and the position that
-        follows the question."""
+        question-time step (given the `query` words, see `query_ids`); log-probabilities of the first
+        answer token, and the position that follows the question."""
         ids = self.lm.question_ids(question)
         pos = self.question.next_position(self.memory)
-        logits = self.question.forward(self.lm, self.memory, ids, pos + torch.arange(ids.shape[-1])[None])
+        positions = pos + torch.arange(ids.shape[-1])[None]
+        logits = self.question.forward(self.lm, self.memory, ids, positions, self.query_ids(question, query))
         return torch.log_softmax(logits[0, -1].float(), dim=-1), pos + ids.shape[-1]
 
     @torch.inference_mode()
-    def first_token_logprobs(self, question: str) -> torch.Tensor:
+    def first_token_logprobs(self, question: str, query: str | None = None) -> torch.Tensor:
         """Log-probabilities (vocab,) of the first answer token; the memory is not changed.
 
-        Multiple-choice scoring reads the option letters from this.
+        Multiple-choice scoring reads the option letters from this. `query` as for `ask_stream`.
         """
         q = self.check_question(question)
         with self.memory.scratch():
-            return self.read_question(q)[0]
+            return self.read_question(q, query)[0]
 
     @torch.inference_mode()
-    def continuation_logprobs(self, question: str, continuation: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def continuation_logprobs(
+        self, question: str, continuation: list[int], query: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The log-probability (n,) of each token of `continuation` as the start of the answer, and
         whether each is the greedy choice there (n,); the memory is not changed.
 
@@ -205,11 +216,13 @@ class MemoryReader:
         n = len(continuation)
         with self.memory.scratch():
             positions = self.question.next_position(self.memory) + torch.arange(ids.shape[-1] + n)[None]
-            tokens = torch.cat([ids, target], dim=-1)
-            logits = self.question.forward(self.lm, self.memory, tokens, positions, logits_to_keep=n + 1)
+            tokens, query_ids = torch.cat([ids, target], dim=-1), self.query_ids(q, query)
+            logits = self.question.forward(self.lm, self.memory, tokens, positions, query_ids, logits_to_keep=n + 1)
         logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # the logits before each continuation token
         return logp.gather(-1, target[0, :, None].to(logp.device))[:, 0], logp.argmax(-1).cpu() == target[0].cpu()
 
-    def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True) -> AnswerUpdate:
+    def ask(
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
+    ) -> AnswerUpdate:
         """Answer and return the final update (text, TTFT, TPOT, top log-probabilities)."""
-        return deque(self.ask_stream(question, max_new_tokens, remember), maxlen=1)[0]
+        return deque(self.ask_stream(question, max_new_tokens, remember, query), maxlen=1)[0]

@@ -28,6 +28,8 @@ class InputFilter(Protocol):
 class Unfiltered:
     """A stream without an input filter: every token of a chunk goes on."""
 
+    last_frame: Previous = None  # nothing seen, nothing to carry to the next chunk
+
     def __call__(self, inputs: ChunkInputs) -> ChunkInputs:
         return inputs
 

@@ -15,7 +15,8 @@ lives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
@@ -25,7 +26,8 @@ from hermes.memory.policies import MemoryPolicy
 from hermes.models.base import VideoLM
 
 # Short on purpose: the guidance pass runs after every chunk past the budget, and its cost grows
-# with the prompt's length (a byte-level tokenizer spends one token per character).
+# with the prompt's length (25 or 26 tokens with the real Qwen vocabularies; a tiny model's
+# byte-level tokenizer spends one token per character).
 GLOBAL_PROMPT = "Recall the story: main actors, key events, timeline."
 LOCAL_PROMPT = "This scene: objects, fine actions, where things are."
 # The history (the last question and its answer) carries the user's interest into the guidance.
@@ -166,14 +168,95 @@ def head_queries(module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     return q
 
 
+def tokens_needed(attention_layers: Sequence[int], queries: Mapping[int, slice], n: int) -> list[int]:
+    """Per decoder layer up to the deepest probed one, how many leading tokens of an `n`-token pass
+    the probe still needs there: the most that any probed layer at or below it reads.
+    `attention_layers[l]` is the decoder layer of probed layer l.
+
+    Attention is causal, so the first k tokens' states never depend on the later ones: once the
+    layers that read the whole prompt are passed, the layers above need only its leading part (the
+    global prompt, for HERMES's deep layers)."""
+    stops = {attention_layers[layer]: rows.indices(n)[1] for layer, rows in queries.items()}
+    needed, most = [], 0
+    for decoder_layer in range(max(stops), -1, -1):
+        most = max(most, stops.get(decoder_layer, 0))
+        needed.append(most)
+    return needed[::-1]
+
+
+@contextlib.contextmanager
+def leading_tokens_only(decoder_layers: Sequence[torch.nn.Module], needed: Sequence[int], n: int) -> Iterator[None]:
+    """Within: decoder layer l runs on the first `needed[l]` tokens of an `n`-token pass only (see
+    `tokens_needed`); the model's per-token arguments (positions, rotary tables, masks) are cut to
+    match. The cache then holds fewer scratch tokens, which the memory drops anyway."""
+
+    def hook(keep: int):
+        def cut(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            if args:
+                args = (args[0][:, :keep], *args[1:])
+            else:
+                kwargs["hidden_states"] = kwargs["hidden_states"][:, :keep]
+            return args, {key: _cut(key, value, keep, n) for key, value in kwargs.items()}
+
+        return cut
+
+    handles = [
+        layer.register_forward_pre_hook(hook(keep), with_kwargs=True)
+        for layer, keep in zip(decoder_layers, needed, strict=False)
+        if keep < n
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _cut(key: str, value: object, keep: int, n: int) -> object:
+    """A decoder layer's keyword argument for the first `keep` of `n` new tokens."""
+    if value is None or keep == n:
+        return value
+    if key == "position_embeddings":  # (cos, sin), tokens on the second-to-last axis
+        return tuple(t[..., :keep, :] for t in value)
+    if key in ("position_ids", "cache_position"):  # tokens on the last axis
+        return value[..., :keep]
+    if key == "attention_mask" and isinstance(value, torch.Tensor):
+        # (batch, heads, queries, keys) or (batch, keys): the new tokens are the last keys.
+        keys = value[..., : value.shape[-1] - (n - keep)]
+        return keys[:, :, :keep] if keys.dim() == 4 else keys
+    if isinstance(value, torch.Tensor):
+        raise _CannotCut(key)
+    return value
+
+
+class _CannotCut(ValueError):
+    """A decoder layer got a per-token argument this module does not know how to cut (another
+    transformers release, say): the pass then runs on every token, as it always may."""
+
+
 def probe_attention(
     lm: VideoLM, memory: HermesCache, ids: torch.Tensor, queries: dict[int, slice]
 ) -> dict[int, torch.Tensor]:
     """The attention (over every key) that the `queries` tokens of `ids`, read after the memory,
-    pay in each of their layers, from one forward pass; the memory is left untouched."""
-    positions = memory.next_position + torch.arange(ids.shape[-1])[None]
-    with memory.scratch(), AttentionProbe(lm.attention_modules(), list(queries), queries, stop_early=True) as probe:
-        lm.forward(memory, ids, positions)
+    pay in each of their layers, from one forward pass; the memory is left untouched.
+
+    The pass does only the work the probe reads: it stops after the deepest probed layer (no
+    deeper layers, no LM head), and above the last layer that reads the whole of `ids` it carries
+    only the leading tokens the layers above read (`tokens_needed`)."""
+    n = ids.shape[-1]
+    positions = memory.next_position + torch.arange(n)[None]
+    modules = lm.attention_modules()
+    needed = tokens_needed([module.layer_idx for module in modules], queries, n)
+    try:
+        with (
+            memory.scratch(),
+            leading_tokens_only(lm.language_model.layers, needed, n),
+            AttentionProbe(modules, list(queries), queries, stop_early=True) as probe,
+        ):
+            lm.forward(memory, ids, positions)
+    except _CannotCut:
+        with memory.scratch(), AttentionProbe(modules, list(queries), queries, stop_early=True) as probe:
+            lm.forward(memory, ids, positions)
     return probe.weights
 
 

@@ -27,6 +27,7 @@ from hermes.memory.policies import PolicyError, StreamOrder, TieredScorer, with_
 from hermes.memory.rivals.dtd import DifferentialDrop
 from hermes.memory.rivals.infinipot import TarVan
 from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
+from hermes.memory.rivals.simplestream import RecentFrames, RecentWindow
 from hermes.memory.rivals.sink import SinkWindow
 from hermes.memory.rivals.streammem import FramePrototypes, ProxyAttention
 from hermes.memory.selection import TopK
@@ -160,6 +161,14 @@ METHODS: dict[str, Method] = {
             _rekv,
             lambda c: FrameRetrieval(),
             frozenset({HOST}),
+        ),
+        Method(
+            "simplestream",
+            "SimpleStream",
+            "#57534e",
+            "the last 4 frames only",
+            lambda c, window: Policy(scorer=window, selection=RecentFrames(window=window.frames)),
+            lambda c: RecentWindow(),
         ),
     )
 }

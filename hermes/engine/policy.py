@@ -22,6 +22,7 @@ import torch
 
 from hermes.engine.filtering import FilteredInputs, InputFilter, Unfiltered
 from hermes.memory.cache import ChunkMeta, HermesCache
+from hermes.memory.persist import QUESTION_PARTS, MemoryFile, MemoryFileError
 from hermes.memory.policies import MemoryPolicy, PolicyError
 from hermes.models.base import VideoLM
 
@@ -59,9 +60,16 @@ class QuestionState:
         """Called with the chunk `meta` describes, just written after the memory, before it is committed."""
 
     def forward(
-        self, lm: VideoLM, memory: HermesCache, ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any
+        self,
+        lm: VideoLM,
+        memory: HermesCache,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        **kwargs: Any,
     ) -> torch.Tensor:
-        """The model over a question's tokens after the memory (scratch tokens the caller drops)."""
+        """The model over a question's tokens `ids` after the memory (scratch tokens the caller
+        drops); `query` (1, n) holds the question's own words, without the prompt around them."""
         return lm.forward(memory, ids, positions, **kwargs)
 
     def host_bytes(self) -> int:
@@ -71,6 +79,17 @@ class QuestionState:
     def cost(self) -> QuestionCost:
         """What the last question's step cost."""
         return QuestionCost()
+
+    def pack(self) -> MemoryFile | None:
+        """What the step keeps of this stream, for its memory file (`hermes.memory.persist`); None
+        when it keeps nothing."""
+        return None
+
+    def unpack(self, memory: MemoryFile) -> None:
+        """Take back what `pack` wrote into the (checked) memory file `memory`; MemoryFileError when
+        the file holds a question-time part that this step does not keep."""
+        if any(key in memory.header for key in QUESTION_PARTS):
+            raise MemoryFileError("the memory file is damaged: its host store does not match its policy")
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,12 @@ class Policy(MemoryPolicy):
         """Whether the stream's positions grow without bound (nothing evicted, or never re-indexed),
         so that the stream ends where the model's positions do."""
         return self.capacity is None or self.question.keeps_positions
+
+    @property
+    def fixed_size(self) -> bool:
+        """Whether the device cache stays a fixed size once full: something is evicted, and questions
+        bring nothing in."""
+        return self.capacity is not None and self.question.device_room(1) == 0
 
     def check(self, lm: VideoLM) -> None:
         """PolicyError when `lm` cannot run this policy (a backbone that cannot hand its chunks to an

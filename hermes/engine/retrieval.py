@@ -1,12 +1,12 @@
 """ReKV's question-time step: each layer brings back its best frames from the host store while the
-model reads the question.
+model reads the question's own words, and then the whole prompt is read after them.
 
-Before the forward pass every layer of the cache takes the same number of columns after the
-memory (transformers sizes one mask for all layers); as the pass reaches a layer, a hook reads
-that layer's question queries (before RoPE, as ReKV does), ranks the frames outside the window by
-`FrameRetrieval.rank` and writes the chosen frames' keys and values into those columns, at the
-positions they were computed at. The question's own tokens follow. The caller drops them all
-afterwards (they are scratch tokens of the cache).
+Before the retrieval pass every layer of the cache takes the same number of columns after the
+memory (transformers sizes one mask for all layers); as the pass over the question's words
+reaches a layer, a hook reads that layer's queries of them (before RoPE, as ReKV does), ranks the
+frames outside the window by `FrameRetrieval.rank` and writes the chosen frames' keys and values
+into those columns, at the positions they were computed at. The words are then dropped and the
+prompt read after the frames. The caller drops everything afterwards (scratch tokens of the cache).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from hermes.engine.metrics import now_ms
 from hermes.engine.policy import QuestionCost, QuestionState, QuestionStep
 from hermes.memory.buffer import kv_bytes
 from hermes.memory.cache import ChunkMeta, HermesCache
+from hermes.memory.persist import STORE, MemoryFile, MemoryFileError, pack_store, unpack_store
 from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rivals.rekv import FrameRetrieval
 from hermes.models.base import VideoLM
@@ -181,6 +182,14 @@ class HostRetrieval(QuestionState):
     def host_bytes(self) -> int:
         return self.store.nbytes()
 
+    def pack(self) -> MemoryFile:
+        return pack_store(self.store)
+
+    def unpack(self, memory: MemoryFile) -> None:
+        if STORE not in memory.header:
+            raise MemoryFileError("the memory file is damaged: its host store does not match its policy")
+        self.store = unpack_store(memory, self.store.rope)
+
     def cost(self) -> RetrievalCost:
         return self.last
 
@@ -198,17 +207,27 @@ class HostRetrieval(QuestionState):
         memory: HermesCache,
         ids: torch.Tensor,
         positions: torch.Tensor,
+        query: torch.Tensor,
         **kwargs: Any,
     ) -> torch.Tensor:
-        """`lm` over question tokens after the memory (scratch tokens), each layer first bringing
-        back its best frames that have left the window (`FrameRetriever`); the cost in `last`."""
+        """`lm` over question tokens `ids` after the memory (scratch tokens), once each layer has
+        brought back its best frames that have left the window; the cost in `last`.
+
+        As in ReKV, the frames are chosen in a pass of their own over the `query` tokens alone (the
+        question's words: `FrameRetriever`'s hooks read their queries); those tokens are then
+        dropped, the frames stay, and `ids` (the whole prompt) follow at the same positions."""
         candidates = candidate_blocks(memory, self.store)
         if candidates.numel() == 0:  # every frame is still in the window
             self.last = RetrievalCost()
             return lm.forward(memory, ids, positions, **kwargs)
         tokens = self.rule.tokens_to_bring(self.store.block_length[candidates], self.rule.top_k)
-        memory.reserve(tokens + ids.shape[-1])
+        n = query.shape[-1]
+        memory.reserve(tokens + max(n, ids.shape[-1]))
         with FrameRetriever(lm.attention_modules(), memory, self.store, self.rule, candidates, tokens) as retriever:
-            logits = lm.forward(memory, ids, positions, **kwargs)
+            lm.forward(memory, query, positions[:, :1] + torch.arange(n))
+        for layer in memory.kv_layers:
+            layer.crop(-n)
+        for state in memory.state_layers:  # a hybrid model's linear layers read the query too
+            state.discard()
         self.last = retriever.cost
-        return logits
+        return lm.forward(memory, ids, positions, **kwargs)

@@ -122,14 +122,17 @@ class StreamingSession:
         self.standing = StandingQuestions(AnswerWords.for_lm(lm), max_chars=max_question_chars)
         self.reset()
 
-    def reset(self) -> None:
-        """Forget the stream: a fresh memory holding only the text prefix, and a fresh reader of it."""
-        self.memory = HermesCache(
-            self.lm.num_layers, self.lm.rope_spec(), self.config, self.policy.capacity, linear=self.lm.linear_layers
-        )
-        ids = self.lm.prefix_ids()
-        self.lm.forward(self.memory, ids, torch.arange(ids.shape[-1])[None])
-        self.memory.commit_prefix()
+    def reset(self, memory: HermesCache | None = None) -> None:
+        """Forget the stream: a fresh memory holding only the text prefix (or `memory`, one loaded
+        from a memory file, whose stream the caller then restores), and a fresh reader of it."""
+        if memory is None:
+            memory = HermesCache(
+                self.lm.num_layers, self.lm.rope_spec(), self.config, self.policy.capacity, linear=self.lm.linear_layers
+            )
+            ids = self.lm.prefix_ids()
+            self.lm.forward(memory, ids, torch.arange(ids.shape[-1])[None])
+            memory.commit_prefix()
+        self.memory = memory
         self.progress = StreamProgress()
         self.last_chunk: ChunkReport | None = None  # with the attention record of its compression
         self.watch_cost = WatchCost()
@@ -258,25 +261,29 @@ class StreamingSession:
         or positions); None when it can."""
         return self.question.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
 
-    # -- reading -----------------------------------------------------------------------------------
+    # -- reading: the `MemoryReader`'s questions (`query`: the words a question-time step reads) ----
     def ask_stream(
-        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
     ) -> Iterator[AnswerUpdate]:
-        """`MemoryReader.ask_stream`: the answer from the memory as it is now, token by token."""
-        return self.reader.ask_stream(question, max_new_tokens, remember)
+        """The answer from the memory as it is now, token by token (`MemoryReader.ask_stream`)."""
+        return self.reader.ask_stream(question, max_new_tokens, remember, query)
 
-    def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True) -> AnswerUpdate:
-        """`MemoryReader.ask`: the answer's last update (text, TTFT, TPOT, top log-probabilities)."""
-        return self.reader.ask(question, max_new_tokens, remember)
+    def ask(
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
+    ) -> AnswerUpdate:
+        """The answer's last update: text, TTFT, TPOT, top log-probabilities (`MemoryReader.ask`)."""
+        return self.reader.ask(question, max_new_tokens, remember, query)
 
-    def first_token_logprobs(self, question: str) -> torch.Tensor:
-        """`MemoryReader.first_token_logprobs`: the first answer token's log-probabilities (vocab,)."""
-        return self.reader.first_token_logprobs(question)
+    def first_token_logprobs(self, question: str, query: str | None = None) -> torch.Tensor:
+        """The first answer token's log-probabilities (vocab,) (`MemoryReader.first_token_logprobs`)."""
+        return self.reader.first_token_logprobs(question, query)
 
-    def continuation_logprobs(self, question: str, continuation: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """`MemoryReader.continuation_logprobs`: each continuation token's log-probability, and
-        whether it is the greedy choice."""
-        return self.reader.continuation_logprobs(question, continuation)
+    def continuation_logprobs(
+        self, question: str, continuation: list[int], query: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each continuation token's log-probability, and whether it is the greedy choice
+        (`MemoryReader.continuation_logprobs`)."""
+        return self.reader.continuation_logprobs(question, continuation, query)
 
     def host_bytes(self) -> int:
         """Host memory the policy's question-time step holds (ReKV's store of every frame)."""

@@ -65,14 +65,6 @@ def score_options(logprobs: torch.Tensor, letter_ids: Sequence[Sequence[int]]) -
     return {LETTERS[i]: float(logprobs[list(ids)].max()) for i, ids in enumerate(letter_ids)}
 
 
-def cut_at(text: str, stops: Sequence[str]) -> str:
-    """The text up to the first of `stops` (lmms-eval's `until`)."""
-    for stop in stops:
-        if stop:
-            text = text.split(stop)[0]
-    return text
-
-
 def _skip(item: Item | Problem, reason: str) -> dict:
     return {"qid": item.qid, "task": item.task, "status": SKIPPED, "reason": reason}
 
@@ -133,10 +125,12 @@ def _answer_choice(session: StreamingSession, item: Item, letter_ids: list[list[
     """A multiple-choice question's prediction fields: the letter with the highest first-token
     log-probability, and the generated text as the benchmark's rule reads it."""
     n = len(item.options)
-    scores = score_options(session.first_token_logprobs(item.prompt), letter_ids[:n])
-    answer = session.ask(item.prompt, settings.max_new_tokens) if settings.max_new_tokens > 0 else None
+    # A retrieval policy (rekv) retrieves with the question alone, not the prompt's instructions and options.
+    scores = score_options(session.first_token_logprobs(item.prompt, query=item.question), letter_ids[:n])
+    tokens = settings.max_new_tokens
+    answer = session.ask(item.prompt, tokens, query=item.question) if tokens > 0 else None
     pred = max(scores, key=scores.__getitem__)
-    text = cut_at(answer.text, item.stop) if answer else ""
+    text = answer.text if answer else ""
     read = text_score(item.rule, text, item.answer, n) if answer else None
     return {
         "pred": pred,

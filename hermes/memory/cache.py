@@ -20,9 +20,11 @@ in one step and rounds once, so keys do not drift however many compactions a str
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache
@@ -270,15 +272,16 @@ class HermesLayer(BufferLayer):
         """The storage laid out by slot: keys, values and, if kept, origin keys."""
         return (self._k, self._v) if self._k0 is None else (self._k, self._v, self._k0)
 
-    def _origin_keys(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys to rotate from, and the positions they sit at: the origin keys where kept."""
+    def origin_keys(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys to rotate from (the whole buffer, prefix included), and the positions of the slots
+        after the prefix: the origin keys where kept, else the keys themselves."""
         return (self._k, self.positions) if self._k0 is None else (self._k0, self.origins)
 
     def _fold(self, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Algorithm 1 as a running mean: v = (n v + sum V_ev) / (n + m), keys phase-aligned first."""
         p = self.prefix_len
         idx = (p + evicted_slots).to(self.device)
-        keys, at = self._origin_keys()
+        keys, at = self.origin_keys()
         k_ev = keys.index_select(-2, idx)
         v_ev = self._v.index_select(-2, idx)
         # Rotate every evicted key to the summary's position, so that they average in one phase.
@@ -295,7 +298,7 @@ class HermesLayer(BufferLayer):
         """The mean key and value of `slots` (slot indices after the prefix), keys first rotated to
         where the first slot sits; as many tensors as `_buffers` (the origin key too, if kept)."""
         idx = (self.prefix_len + slots).to(self.device)
-        keys, at = self._origin_keys()
+        keys, at = self.origin_keys()
         first = slots[:1]
         k = rotate_keys(keys.index_select(-2, idx), at[:, first] - at[:, slots], self.rope).float().mean(-2, True)
         v = self._v.index_select(-2, idx).float().mean(-2, True).to(self._v.dtype)
@@ -312,7 +315,7 @@ class HermesLayer(BufferLayer):
         new = compact_positions(old, p + off)
         if bool((new - old).any()):
             start, end = p + off, self.committed
-            keys, at = self._origin_keys()
+            keys, at = self.origin_keys()
             self._k[..., start:end, :] = rotate_keys(keys[..., start:end, :], new - at[:, off:], self.rope)
             self.positions = torch.cat([self.positions[:, :off], new], dim=1)
 
@@ -421,6 +424,29 @@ class HermesCache(Cache):
             state_layers=len(self.state_layers),
             state_bytes=self.state_bytes(),
         )
+
+    # -- the memory file (hermes.memory.persist) -------------------------------------------------
+    def save(self, path: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> int:
+        """Write the memory to `path` (safetensors, written atomically), `extra` (JSON data) beside
+        it; the bytes written. A stream's whole state: `hermes.engine.persist.save_session`."""
+        from hermes.memory.persist import save_cache
+
+        return save_cache(self, path, extra)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        device: torch.device | str | Sequence[torch.device | str] | None = None,
+        rope: RopeSpec | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> HermesCache:
+        """The memory saved at `path`, on `device` (one, or one per decoder layer; default the CPU).
+        MemoryFileError when the file is damaged or not a memory, or, given the model's `rope` and
+        `dtype`, when it was saved for another model or dtype; nothing is half-loaded."""
+        from hermes.memory.persist import load_cache
+
+        return load_cache(path, device, rope, dtype)
 
     # -- filling ---------------------------------------------------------------------------------
     def reset(self) -> None:

@@ -70,6 +70,7 @@ def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None,
     held = cache.kv_layers[layer]
     start = held.prefix_len + held.video_offset
     off = held.video_offset
+    origin_keys, origins = held.origin_keys()
     return LayerInputs(
         layer,
         cache.tiers,
@@ -81,4 +82,7 @@ def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None,
         frames=held.frames[off:],
         patches=held.patches[off:],
         slots_kept=slots_kept,
+        origin_keys=origin_keys[..., start : held.committed, :],
+        origins=origins[:, off:],
+        rope=held.rope,
     )

@@ -59,6 +59,10 @@ class Selection(Protocol):
     def video_slots(self, tier: Tier) -> int:
         """Video slots a layer of `tier` keeps."""
 
+    def slot_bound(self, block_tokens: int, frames_per_block: int) -> int:
+        """The most slots a layer holds once full, when a frame block (`frames_per_block` frames)
+        takes at most `block_tokens` tokens (a window counted in frames reads them)."""
+
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -41,6 +41,16 @@ class TopK:
         """Video slots a layer of `tier` keeps."""
         return self.capacity - (1 if self.summarises(tier) else 0)
 
+    @property
+    def frames_kept(self) -> int | None:
+        """Frames a layer keeps, for a selection that counts frames, not slots; None here."""
+        return None
+
+    def slot_bound(self, block_tokens: int, frames_per_block: int) -> int:
+        """The most slots a layer holds once full, when a frame block (`frames_per_block` frames)
+        takes at most `block_tokens` tokens: here the capacity, whatever the frames."""
+        return self.capacity
+
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:

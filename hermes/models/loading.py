@@ -17,7 +17,12 @@ from hermes.models.qwen2_5_vl import Qwen25VL
 from hermes.models.qwen3_5 import Qwen35, Qwen35Moe
 from hermes.models.qwen3_vl import Qwen3VL
 
+# The model served when none is named, by device (docs/performance.md says why): on a GPU the paper's
+# LLaVA-OneVision checkpoint; on a CPU the fastest supported real checkpoint that keeps up with the
+# app's 1 frame/s on 2 cores. LLaVA-OneVision-0.5B cannot there: its SigLIP-so400m alone costs about
+# 0.6 TFLOP a frame, more than two cores multiply in two seconds.
 DEFAULT_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
+CPU_DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
 # The one table of backbones: model_type -> adapter, and each adapter names its transformers class.
 ADAPTERS: dict[str, type[VideoLM]] = {cls.arch: cls for cls in (LlavaOnevision, Qwen25VL, Qwen3VL, Qwen35, Qwen35Moe)}
 MODEL_CLASSES = ", ".join(cls.model_class for cls in ADAPTERS.values())
@@ -29,8 +34,9 @@ TINY_ALIASES: dict[str, tuple[str, int]] = {
     # Qwen3.5's real pattern (full attention every fourth layer): 12 layers give the 3 attention
     # layers that the three tiers need.
     "tiny-qwen35": ("qwen3_5", 12),
-    # The app's offline fallback: the 0.5B checkpoint's 24 layers, so its tier map looks real.
+    # The app's offline fallbacks: the default checkpoints' 24 layers, so that the tier map looks real.
     "tiny-24": ("llava_onevision", 24),
+    "tiny-qwen35-24": ("qwen3_5", 24),
 }
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
 
@@ -59,6 +65,16 @@ def pick_device(device: str | None = None) -> torch.device:
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
+
+
+def default_model(device: str | torch.device | None = None) -> str:
+    """The model to serve on `device` (default: the GPU when there is one) when none is named."""
+    return CPU_DEFAULT_MODEL if pick_device(device).type == "cpu" else DEFAULT_MODEL
+
+
+def requested_model(name: str | None, device: str | torch.device | None = None) -> str:
+    """The model a command serves: `name` (--model), else $HERMES_MODEL, else the device's default."""
+    return name or os.environ.get("HERMES_MODEL") or default_model(device)
 
 
 def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:

@@ -13,7 +13,13 @@ from hermes.models.base import VideoLM
 from hermes.serving.admission import Busy
 from hermes.serving.answers import AnswerEvent, AnswerTicket
 from hermes.serving.live import LiveStream
-from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
+from hermes.serving.model import (
+    DEFAULT_MODEL,
+    FALLBACK_MODEL,
+    keep_up_hint,
+    load_model_or_fallback,
+    requested_model,
+)
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
@@ -53,8 +59,10 @@ __all__ = [
     "WatchCheck",
     "WatchError",
     "WatchPoint",
+    "keep_up_hint",
     "layer_tiers",
     "load_model_or_fallback",
     "policy_help",
     "policy_names",
+    "requested_model",
 ]

@@ -11,7 +11,9 @@ key (`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * hea
 bytes, tensors = 3 in bf16 and fp16, 2 in fp32), and a hybrid model's linear-attention layers add
 their states, whose size does not depend on the stream (0 for the other backbones),
 
-summed over the stream's caches (two in compare mode). A retrieval policy (rekv) holds its window
+summed over the stream's caches (two in compare mode). `simplestream` holds its last N frames
+whatever the budget: at most N frames' blocks (`block_tokens_bound`; one block per frame pair
+where the model merges them and the chunks have whole pairs). A retrieval policy (rekv) holds its window
 and, while it answers, the frames it brings back: top_k frame blocks of at most the tokens a
 block of the largest frames the decoder hands over takes (`block_tokens_bound`). Its host store is
 counted apart, against the CPU's allowance (`host_bytes_for`, `host_memory_cap`). The `full`
@@ -84,12 +86,16 @@ _BLOCK_TOKENS: weakref.WeakKeyDictionary[VideoLM, int] = weakref.WeakKeyDictiona
 
 
 def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: PolicySpec) -> int:
-    """Slots after the prefix that each layer holds once the budget is reached, with the room for
-    what a question brings in (ReKV's frames); for a policy without a budget, its bound."""
+    """Slots after the prefix that each layer holds once the memory is full, with the room for what
+    a question brings in (ReKV's frames); a window counted in frames (simplestream) holds at most
+    those frames' blocks, whatever the budget; a policy that never evicts, its bound."""
     built = policy.build(config)
     if built.capacity is None:
         return full_slot_limit(lm, config)
-    return built.capacity + built.question.device_room(block_tokens_bound(lm))
+    block = block_tokens_bound(lm)
+    # Merged pairs hold two frames each, unless a chunk of odd length pads its last pair.
+    per_block = lm.frame_multiple if config.chunk_frames % lm.frame_multiple == 0 else 1
+    return built.selection.slot_bound(block, per_block) + built.question.device_room(block)
 
 
 def host_bytes_for(settings: StreamSettings) -> int:

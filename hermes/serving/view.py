@@ -23,6 +23,7 @@ from hermes.serving.answers import AnswerEvent
 from hermes.serving.settings import StreamSettings
 from hermes.serving.sources import Source
 from hermes.serving.state import Lifecycle, StreamState
+from hermes.video.errors import skipped_summary
 
 # Everything a view keeps per chunk is bounded, so that a stream's host memory stays flat however
 # long it runs (docs/limits.md, "Long streams"): the last HISTORY_LIMIT chunks' metrics, the checks
@@ -206,6 +207,8 @@ class StreamStatus:
     dropped_frames: int
     error: str | None
     note: str | None = None  # why the stream stopped by itself, when it was not an error
+    skipped_frames: int = 0  # frames of the file that could not be decoded, and where, in words
+    skipped: str | None = None
     # Where in the video a viewer would be now, at the source's pace (None: unpaced or not started).
     position_s: float | None = None
 
@@ -216,6 +219,7 @@ def stream_status(life: Lifecycle, feed: Source | None, source: str | None, spee
     state = life.state
     if state in (StreamState.FINISHED, StreamState.STOPPED) and queued:
         state = StreamState.FINISHING
+    skips = list(feed.skipped) if feed is not None else []
     return StreamStatus(
         state=state,
         source=source,
@@ -225,6 +229,8 @@ def stream_status(life: Lifecycle, feed: Source | None, source: str | None, spee
         dropped_frames=feed.dropped_frames if feed is not None else 0,
         error=life.error,
         note=life.note,
+        skipped_frames=sum(s.frames for s in skips),
+        skipped=skipped_summary(skips),
         position_s=feed.position_s() if feed is not None and state is StreamState.STREAMING else None,
     )
 
@@ -327,6 +333,7 @@ def metrics_of(
         "chunks": view.chunks,
         "queued_chunks": status.queued_chunks,
         "dropped_frames": status.dropped_frames,
+        "skipped_frames": status.skipped_frames,  # of the file, that could not be decoded
         "policies": list(view.snapshots),  # the memories side by side; the per-policy numbers below
         "frames_in_memory": dict(view.frames_in_memory),
         "cache_bytes": {p: s.cache_bytes for p, s in view.snapshots.items()},
