@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             stream.chat.add({"role": "assistant", "content": events[-1].update.text})
     worker.wait_idle("probe", 300)
     view = stream.view()
-    alerts = stream.watchlist.pop_alerts() or list(view.alerts)
+    alerts = list(view.alerts)
     rows = [
         ("chunk metrics (performance plot)", view.history, view_module.HISTORY_LIMIT),
         ("standing-question checks", view.watch_history, view_module.WATCH_LIMIT),

@@ -120,3 +120,21 @@ def lmms_layout_videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_clip(root / "mvbench_video" / "tvqa" / "video_fps3_hq_segment" / "s01e01_clip.mp4", 3.0, fps=3, size=(96, 64))
     make_clip(root / "videomme" / "data" / "vmme001.mp4", 6.0, fps=4, size=(96, 64))
     return root
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the browser tests (tests/browsers.py)."""
+    from tests.browsers import chromium
+
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def camera_browser():
+    """A headless Chromium whose webcam is Chromium's fake capture device (tests/browsers.py)."""
+    from tests.browsers import CAMERA_ARGS, chromium
+
+    with chromium(CAMERA_ARGS) as b:
+        yield b

@@ -142,6 +142,21 @@ def qwen_frames(n: int, seed: int = 0, size: int = 224) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
 
 
+def whole_video_inputs(lm, frames: np.ndarray, question: str, fps: float):
+    """What the model's own processor makes of the whole video at once, between the memory's text
+    prefix and the question: the reference that a stream of chunks is held to."""
+    prefix, asked = lm.prefix_ids()[0], lm.question_ids(question)[0]
+    text = (
+        lm.tokenizer.decode(prefix, skip_special_tokens=False)
+        + lm.processor.video_token
+        + lm.tokenizer.decode(asked, skip_special_tokens=False)
+    )
+    meta = {"fps": fps, "total_num_frames": len(frames), "frames_indices": list(range(len(frames)))}
+    return lm.processor(
+        text=text, videos=[list(frames)], video_metadata=[meta], do_sample_frames=False, return_tensors="pt"
+    )
+
+
 def pair_chunks(frames: np.ndarray, fps: float = 1.0) -> list[Chunk]:
     """`frames` as chunks of one frame pair each (Qwen merges frame pairs), at `fps`."""
     out = []

@@ -348,7 +348,7 @@ def test_a_tab_closed_mid_stream_frees_its_stream(app, videos):
     start(client, videos["long"], pace="1x")  # 12 s: still streaming when the tab goes
     assert wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] > 0)
     stream = stream_of(registry, client)
-    reader, memory = stream._feed.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
+    reader, memory = stream.feed.source.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
     assert reader.is_alive() and stream.reserved_bytes > 0
     client.close()  # its heartbeat stops, as when a tab closes: the unload handler runs
 

@@ -8,9 +8,9 @@ from gradio_client import Client
 
 from hermes.engine.methods import parse_policy
 from hermes.serving import StreamSettings
+from tests.browsers import TIMEOUT_MS, open_page
 from tests.helpers import wait_for
 from tests.test_app import serve
-from tests.test_browser import TIMEOUT_MS, _open, browser  # noqa: F401 - the browser fixture
 
 pytestmark = pytest.mark.browser
 CHOSEN = ("hermes", "fifo", "streammem")
@@ -24,8 +24,8 @@ def url(llava_lm):
     registry.shutdown()
 
 
-def test_compare_three_policies_shows_three_maps_and_three_answers(browser, url, tmp_path):  # noqa: F811
-    page, errors = _open(browser, url, viewport={"width": 1400, "height": 1100})
+def test_compare_three_policies_shows_three_maps_and_three_answers(browser, url, tmp_path):
+    page, errors = open_page(browser, url, viewport={"width": 1400, "height": 1100})
     page.get_by_text("Settings (applied at the next Start or Reset)").click()
     page.locator("#compare input[type=checkbox]").check()
     # HERMES and FIFO are the default pair; add StreamMem as the third.
@@ -94,8 +94,8 @@ def rekv_url(llava_lm):
     registry.shutdown()
 
 
-def test_compare_hermes_against_rekv_shows_both_answers_and_rekv_host_memory_growing(browser, rekv_url, tmp_path):  # noqa: F811
-    page, errors = _open(browser, rekv_url, viewport={"width": 1400, "height": 1100})
+def test_compare_hermes_against_rekv_shows_both_answers_and_rekv_host_memory_growing(browser, rekv_url, tmp_path):
+    page, errors = open_page(browser, rekv_url, viewport={"width": 1400, "height": 1100})
     page.get_by_label("max", exact=True).check()
     page.click("#start-sample")
     # Enough chunks that ReKV's window (300 tokens: a frame or so) has let frames go to host memory.

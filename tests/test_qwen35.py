@@ -15,7 +15,14 @@ from hermes.models import tiny
 from hermes.models.loading import ADAPTERS, ModelLoadError, load_video_lm
 from hermes.models.qwen3_5 import ANSWER_OPENING
 from hermes.models.random7b import parameter_count, random_config
-from tests.helpers import assert_same_memory, generate_on_cache, memory_state, pair_chunks, qwen_frames
+from tests.helpers import (
+    assert_same_memory,
+    generate_on_cache,
+    memory_state,
+    pair_chunks,
+    qwen_frames,
+    whole_video_inputs,
+)
 
 FPS = 1.0
 QUESTION = "What is happening?"
@@ -128,16 +135,8 @@ def test_hermes_below_its_budget_answers_as_full_and_as_one_pass(qwen35_lm):
     assert torch.equal(logp, full.first_token_logprobs(QUESTION))
     assert hermes.ask(QUESTION, 4).text == full.ask(QUESTION, 4).text
 
-    prefix, question = lm.prefix_ids()[0], lm.question_ids(QUESTION)[0]
-    whole_text = (
-        lm.tokenizer.decode(prefix, skip_special_tokens=False)
-        + lm.processor.video_token
-        + lm.tokenizer.decode(question, skip_special_tokens=False)
-    )
-    meta = {"fps": FPS, "total_num_frames": len(frames), "frames_indices": list(range(len(frames)))}
-    proc = lm.processor(
-        text=whole_text, videos=[list(frames)], video_metadata=[meta], do_sample_frames=False, return_tensors="pt"
-    )
+    question = lm.question_ids(QUESTION)[0]
+    proc = whole_video_inputs(lm, frames, QUESTION, FPS)
     assert proc["input_ids"].shape[-1] == hermes.memory.get_seq_length() + question.numel()
     with torch.inference_mode():
         out = lm.model(**proc)

@@ -223,7 +223,7 @@ class Callbacks:
             raise gr.Error(str(exc)) from exc
 
     def set_speed(self, speed: str, request: gr.Request) -> None:
-        self._stream(request).set_speed(speed)
+        self._stream(request).feed.set_speed(speed)
 
     def pause(self, request: gr.Request) -> tuple[str, str]:
         """Pause a running stream, or resume a paused one; returns the status and the button label."""

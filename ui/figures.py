@@ -21,6 +21,7 @@ from hermes.serving import (
     LayerSnapshot,
     LiveView,
     MemorySnapshot,
+    PolicySpec,
     Tier,
     WatchCheck,
 )
@@ -113,56 +114,8 @@ def retained_map_figure(view: LiveView) -> go.Figure:
     )
     for col, policy in enumerate(policies, start=1):
         snap = view.snapshots[policy]
-        shares, edges = retained_shares(snap, view.frame_tokens)
-        centers = (edges[:-1] + edges[1:] - 1) / 2.0
-        fig.add_trace(
-            go.Heatmap(
-                z=np.round(shares, 2).tolist(),
-                x=centers.tolist(),
-                y=list(range(len(snap.layers))),
-                zmin=0,
-                zmax=1,
-                colorscale=[[0, "#f8fafc"], [0.02, "#e0e7ff"], [0.5, "#818cf8"], [1, "#312e81"]],
-                colorbar={"title": {"text": "kept", "side": "right"}, "tickformat": ".0%", "len": 0.9, "x": 1.01},
-                showscale=col == len(policies),
-                customdata=[[name] * len(centers) for name in snap.layer_names()],
-                hovertemplate="layer %{customdata}<br>frames around %{x:.0f}<br>kept %{z:.0%}<extra></extra>",
-                xgap=1,
-                ygap=1,
-            ),
-            row=1,
-            col=col,
-        )
-        for tier, lo, hi in _tier_spans(snap.layers):
-            # A coloured band just left of the map (sized in pixels) marks each memory tier.
-            fig.add_shape(
-                type="rect",
-                xref=f"x{col if col > 1 else ''} domain",
-                yref=f"y{col if col > 1 else ''}",
-                xsizemode="pixel",
-                xanchor=0,
-                x0=-14,
-                x1=-4,
-                y0=lo - 0.5,
-                y1=hi + 0.5,
-                fillcolor=TIER_COLORS[tier],
-                line={"width": 0},
-            )
-            if lo > 0:
-                fig.add_hline(y=lo - 0.5, line={"color": "#111827", "width": 1, "dash": "dot"}, row=1, col=col)
-            if col == 1:
-                fig.add_annotation(
-                    text=tier.value,
-                    x=0,
-                    xref="x domain",
-                    xshift=-50,  # left of the band and of the layer numbers
-                    xanchor="right",
-                    y=(lo + hi) / 2,
-                    yref="y",
-                    showarrow=False,
-                    font={"color": TIER_COLORS[tier], "size": 11 if hi - lo >= 3 else 9},
-                    textangle=-90,
-                )
+        fig.add_trace(_retained_heatmap(snap, view, last=col == len(policies)), row=1, col=col)
+        _tier_bands(fig, snap, col)
         fig.update_xaxes(title_text="stream time (frame)", row=1, col=col, range=[-0.5, view.frames_seen - 0.5])
     first = next(iter(view.snapshots.values()))
     n_layers = len(first.layers)
@@ -190,6 +143,60 @@ def retained_map_figure(view: LiveView) -> go.Figure:
             font={"size": 11, "color": "#6b7280"},
         )
     return fig
+
+
+def _retained_heatmap(snap: MemorySnapshot, view: LiveView, last: bool) -> go.Heatmap:
+    """One memory's map; the colour scale is drawn beside the `last` one only."""
+    shares, edges = retained_shares(snap, view.frame_tokens)
+    centers = (edges[:-1] + edges[1:] - 1) / 2.0
+    return go.Heatmap(
+        z=np.round(shares, 2).tolist(),
+        x=centers.tolist(),
+        y=list(range(len(snap.layers))),
+        zmin=0,
+        zmax=1,
+        colorscale=[[0, "#f8fafc"], [0.02, "#e0e7ff"], [0.5, "#818cf8"], [1, "#312e81"]],
+        colorbar={"title": {"text": "kept", "side": "right"}, "tickformat": ".0%", "len": 0.9, "x": 1.01},
+        showscale=last,
+        customdata=[[name] * len(centers) for name in snap.layer_names()],
+        hovertemplate="layer %{customdata}<br>frames around %{x:.0f}<br>kept %{z:.0%}<extra></extra>",
+        xgap=1,
+        ygap=1,
+    )
+
+
+def _tier_bands(fig: go.Figure, snap: MemorySnapshot, col: int) -> None:
+    """A coloured band just left of map `col` (sized in pixels) for each memory tier, dotted lines
+    between the tiers, and the tiers' names left of the first map."""
+    for tier, lo, hi in _tier_spans(snap.layers):
+        fig.add_shape(
+            type="rect",
+            xref=f"x{col if col > 1 else ''} domain",
+            yref=f"y{col if col > 1 else ''}",
+            xsizemode="pixel",
+            xanchor=0,
+            x0=-14,
+            x1=-4,
+            y0=lo - 0.5,
+            y1=hi + 0.5,
+            fillcolor=TIER_COLORS[tier],
+            line={"width": 0},
+        )
+        if lo > 0:
+            fig.add_hline(y=lo - 0.5, line={"color": "#111827", "width": 1, "dash": "dot"}, row=1, col=col)
+        if col == 1:
+            fig.add_annotation(
+                text=tier.value,
+                x=0,
+                xref="x domain",
+                xshift=-50,  # left of the band and of the layer numbers
+                xanchor="right",
+                y=(lo + hi) / 2,
+                yref="y",
+                showarrow=False,
+                font={"color": TIER_COLORS[tier], "size": 11 if hi - lo >= 3 else 9},
+                textangle=-90,
+            )
 
 
 # -- attention profile -------------------------------------------------------------------------
@@ -295,65 +302,14 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             showarrow=False,
             font={"color": "#6b7280"},
         )
+    records = _thin(view.history)
     for policy in view.snapshots:
         answers = [a for a in view.answers if a.policy == policy]  # finished ones: each has its update
-        color, name = policy.colour, policy.label
         if answers:  # an empty line trace makes plotly.js draw NaN paths (console errors)
-            fig.add_trace(
-                go.Scatter(
-                    x=[a.update.frames_seen for a in answers],
-                    y=[round(a.update.ttft_ms or 0.0, 1) for a in answers],
-                    customdata=[[round(a.wait_ms, 1)] for a in answers],
-                    mode="lines+markers",
-                    marker={"size": 8, "color": color},
-                    line={"color": color, "width": 1},
-                    name=f"{name} TTFT",
-                    hovertemplate="%{x} frames seen<br>TTFT %{y:.0f} ms<br>"
-                    "waited %{customdata[0]:.0f} ms<extra></extra>",
-                ),
-                row=1,
-                col=1,
-            )
-        records = _thin(view.history)
-        fig.add_trace(
-            go.Scatter(
-                x=[r.frames_seen for r in records],
-                y=[round(r.per_policy("cache_bytes").get(policy, 0) / MB, 3) for r in records],
-                mode="lines",
-                line={"color": color, "width": 2},
-                name=f"{name} cache",
-                hovertemplate="%{x} frames<br>cache %{y:.2f} MB<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
-        if HOST in policy.plots:  # rekv: every frame in host memory, its own line
-            fig.add_trace(
-                go.Scatter(
-                    x=[r.frames_seen for r in records],
-                    y=[round(r.per_policy("host_bytes").get(policy, 0) / MB, 3) for r in records],
-                    mode="lines",
-                    line={"color": color, "width": 2, "dash": "dash"},
-                    name=f"{name} host memory",
-                    hovertemplate="%{x} frames<br>host %{y:.2f} MB<extra></extra>",
-                ),
-                row=1,
-                col=2,
-            )
-    # Only the policies held at the budget draw it: a full cache has none, and ReKV's bound includes
-    # the room for the frames a question brings back, which the line would take for |M|.
-    budgets = [b for policy, b in view.budget_bytes.items() if BUDGET in policy.plots]
-    if budgets:  # HERMES and FIFO share |M|: one line, at the larger of their caches
-        fig.add_hline(
-            y=max(budgets) / MB,
-            line={"color": "#111827", "dash": "dash", "width": 1},
-            annotation_text="budget |M|",
-            annotation_position="bottom right",
-            annotation_font={"size": 10},
-            row=1,
-            col=2,
-        )
-    records = _thin(view.history)
+            fig.add_trace(_ttft_line(policy, answers), row=1, col=1)
+        for line in _memory_lines(policy, records):
+            fig.add_trace(line, row=1, col=2)
+    _budget_line(fig, view)
     fig.add_trace(
         go.Scatter(
             x=[r.frames_seen for r in records],
@@ -375,6 +331,56 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
     fig = _layout(fig, 360)
     fig.update_layout(legend={"y": -0.28, "yanchor": "top"}, margin={"b": 24})
     return fig
+
+
+def _ttft_line(policy: PolicySpec, answers: list) -> go.Scatter:
+    """The TTFT of each of `policy`'s finished answers against the frames seen when it was asked."""
+    return go.Scatter(
+        x=[a.update.frames_seen for a in answers],
+        y=[round(a.update.ttft_ms or 0.0, 1) for a in answers],
+        customdata=[[round(a.wait_ms, 1)] for a in answers],
+        mode="lines+markers",
+        marker={"size": 8, "color": policy.colour},
+        line={"color": policy.colour, "width": 1},
+        name=f"{policy.label} TTFT",
+        hovertemplate="%{x} frames seen<br>TTFT %{y:.0f} ms<br>waited %{customdata[0]:.0f} ms<extra></extra>",
+    )
+
+
+def _memory_lines(policy: PolicySpec, records: list[ChunkRecord]) -> list[go.Scatter]:
+    """`policy`'s cache against the frames seen, and its host memory where it keeps one (rekv's
+    store of every frame) as a dashed line of its own."""
+    lines = [("cache_bytes", "cache", "solid")] + (
+        [("host_bytes", "host memory", "dash")] if HOST in policy.plots else []
+    )
+    return [
+        go.Scatter(
+            x=[r.frames_seen for r in records],
+            y=[round(r.per_policy(number).get(policy, 0) / MB, 3) for r in records],
+            mode="lines",
+            line={"color": policy.colour, "width": 2, "dash": dash},
+            name=f"{policy.label} {what}",
+            hovertemplate=f"%{{x}} frames<br>{what.split()[0]} %{{y:.2f}} MB<extra></extra>",
+        )
+        for number, what, dash in lines
+    ]
+
+
+def _budget_line(fig: go.Figure, view: LiveView) -> None:
+    """The budget |M| as a dashed line, at the larger of the caches held at it (HERMES keeps a
+    summary slot more than FIFO). Only the policies held at the budget draw it: a full cache has
+    none, and ReKV's bound includes the room for the frames a question brings back."""
+    budgets = [b for policy, b in view.budget_bytes.items() if BUDGET in policy.plots]
+    if budgets:
+        fig.add_hline(
+            y=max(budgets) / MB,
+            line={"color": "#111827", "dash": "dash", "width": 1},
+            annotation_text="budget |M|",
+            annotation_position="bottom right",
+            annotation_font={"size": 10},
+            row=1,
+            col=2,
+        )
 
 
 # -- standing questions ----------------------------------------------------------------------------

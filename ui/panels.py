@@ -31,7 +31,8 @@ ATTENTION_CAPTION = (
     "slot, here for a shallow, a middle and a deep layer at the last compression (oldest slots left; sensory "
     "layers score by recency alone, so the shallowest measured one is the first of working memory). In "
     "trained models shallower layers look mostly at recent slots and deep layers at a few anchors; HERMES "
-    "scores tokens to match. Each point is the largest weight among neighbouring slots."
+    "scores tokens to match. Each point is the largest weight among neighbouring slots. StreamMem measures "
+    "attention too, from the chat template's own tokens, in every layer: it is shown when HERMES is not running."
 )
 PERFORMANCE_CAPTION = (
     "**Latency and memory.** Left: the time to first token of each answer against the frames seen when it "

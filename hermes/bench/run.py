@@ -237,6 +237,97 @@ def warm_up(lm: VideoLM, settings: BenchSettings) -> None:
     session.ask(settings.questions[0], max_new_tokens=2)
 
 
+class PolicyRun:
+    """One policy's stream through the benchmark: its session, and what the chunks since the last
+    measured frame count cost."""
+
+    def __init__(
+        self,
+        lm: VideoLM,
+        policy: PolicySpec,
+        settings: BenchSettings,
+        memory_cap: int,
+        on_frames: Callable[[int], None],
+    ) -> None:
+        self.lm, self.settings, self.memory_cap, self.on_frames = lm, settings, memory_cap, on_frames
+        built = policy.build(settings.config)
+        self.unbounded = built.capacity is None  # it never evicts: --full-max-frames applies
+        self.keeps_host_store = built.question.keeps_host_store
+        self.config = settings.config
+        if built.positions_grow:  # positions never compacted: run past the trained context, as speed allows
+            self.config = self.config.with_(max_positions=UNBOUNDED_POSITIONS)
+        self.session = StreamingSession(lm, self.config, policy=policy, host_cap_bytes=host_memory_cap())
+        self.rng = np.random.default_rng(settings.seed)
+        self.window: list[ChunkReport] = []
+        self.vision: list[float] = []  # the vision encoder's ms in each chunk of the window
+        self.window_start = 0  # frames streamed when the window began
+        self.tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
+
+    def stream_to(self, target: int) -> None:
+        """Ingest chunks until `target` frames are in; MemoryError before a chunk whose estimated
+        prefill would pass the memory cap, StreamBound at a bound of the policy."""
+        session, lm, settings = self.session, self.lm, self.settings
+        while session.frames_seen < target:
+            n = min(self.config.chunk_frames, target - session.frames_seen)
+            padded = padded_frames(n, lm.frame_multiple)
+            cached = session.memory.prefix_len + session.memory.slots
+            need = prefill_bytes(lm.kv_bytes_per_token, cached, math.ceil(self.tokens_per_frame * padded))
+            if need > self.memory_cap:
+                raise MemoryError(
+                    f"the next chunk would need about {need / 2**20:,.0f} MiB, "
+                    f"over the {self.memory_cap / 2**20:,.0f} MiB cap"
+                )
+            chunk = synthetic_chunk(
+                self.rng,
+                session.frames_seen,
+                n,
+                settings.frame_size,
+                self.config.fps,
+                session.chunks_seen,
+                settings.static,
+            )
+            with VisionTimer(lm) as timer:
+                report = session.ingest(chunk)
+            self.window.append(report)
+            self.vision.append(timer.take())
+            self.tokens_per_frame = (report.tokens + report.dropped) / padded
+            self.on_frames(n)
+
+    def ask(self, point: Point) -> int:
+        """Ask every question `repeats` times into `point`; the most device bytes a question's
+        step brought in."""
+        retrieved = 0
+        for _ in range(self.settings.repeats):
+            for question in self.settings.questions:
+                answer = self.session.ask(question, max_new_tokens=self.settings.max_new_tokens)
+                point.ttft_ms.append(answer.ttft_ms)
+                if answer.retrieval_ms is not None:
+                    point.retrieval_ms.append(answer.retrieval_ms)
+                retrieved = max(retrieved, answer.retrieved_bytes)
+                if answer.tpot_ms is not None:
+                    point.tpot_ms.append(answer.tpot_ms)
+        return retrieved
+
+    def record(self, point: Point, retrieved: int) -> None:
+        """What the chunks since the last frame count cost, and the memory now, into `point`; the
+        next window starts."""
+        session, window = self.session, self.window
+        point.prefill_ms = [r.prefill_ms for r in window]
+        point.compress_ms = [r.compress_ms for r in window]
+        point.guidance_ms = [r.guidance_ms for r in window]
+        point.vision_ms = self.vision
+        point.evicted = [r.evicted for r in window]
+        point.tokens = [r.tokens for r in window]
+        point.dropped = [r.dropped for r in window]
+        point.ingested_frames = session.frames_seen - self.window_start
+        point.cache_bytes = session.memory.cache_bytes()
+        if self.keeps_host_store:
+            point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
+        point.memory_bytes = _memory(self.lm.device)
+        point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
+        self.window, self.vision, self.window_start = [], [], session.frames_seen
+
+
 def run_policy(
     lm: VideoLM,
     policy: PolicySpec,
@@ -245,63 +336,24 @@ def run_policy(
     on_frames: Callable[[int], None] = lambda n: None,
 ) -> list[Point]:
     """Stream one policy to its largest frame count, measuring at each requested count."""
-    config = settings.config
-    built = policy.build(config)
-    if built.positions_grow:  # positions never compacted: run past the trained context, as speed allows
-        config = config.with_(max_positions=UNBOUNDED_POSITIONS)
-    limit = settings.full_max_frames if built.capacity is None else None
     device = lm.device
     free_cached_memory(device)
     _reset_peak(device)
-    session = StreamingSession(lm, config, policy=policy, host_cap_bytes=host_memory_cap())
-    per_token = lm.kv_bytes_per_token
-    rng = np.random.default_rng(settings.seed)
+    run: PolicyRun | None = PolicyRun(lm, policy, settings, memory_cap, on_frames)
+    limit = settings.full_max_frames if run.unbounded else None
     points: list[Point] = []
-    window: list[ChunkReport] = []
-    vision: list[float] = []  # the vision encoder's ms in each chunk of the window
-    window_start = 0  # frames streamed when the window began
-    tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
     stopped: tuple[str, str] | None = None  # (status, note) that every later frame count inherits
     for target in settings.frames:
         point = Point(policy, target)
         points.append(point)
-        retrieved = 0
         if stopped is None and limit is not None and target > limit:
             stopped = (SKIPPED, f"past --full-max-frames {limit}")
         if stopped is not None:
             point.status, point.note = stopped
             continue
         try:
-            while session.frames_seen < target:
-                n = min(config.chunk_frames, target - session.frames_seen)
-                padded = padded_frames(n, lm.frame_multiple)
-                cached = session.memory.prefix_len + session.memory.slots
-                need = prefill_bytes(per_token, cached, math.ceil(tokens_per_frame * padded))
-                if need > memory_cap:
-                    raise MemoryError(
-                        f"the next chunk would need about {need / 2**20:,.0f} MiB, "
-                        f"over the {memory_cap / 2**20:,.0f} MiB cap"
-                    )
-                start = session.frames_seen
-                with VisionTimer(lm) as timer:
-                    report = session.ingest(
-                        synthetic_chunk(
-                            rng, start, n, settings.frame_size, config.fps, session.chunks_seen, settings.static
-                        )
-                    )
-                window.append(report)
-                vision.append(timer.take())
-                tokens_per_frame = (report.tokens + report.dropped) / padded
-                on_frames(n)
-            for _ in range(settings.repeats):
-                for question in settings.questions:
-                    answer = session.ask(question, max_new_tokens=settings.max_new_tokens)
-                    point.ttft_ms.append(answer.ttft_ms)
-                    if answer.retrieval_ms is not None:
-                        point.retrieval_ms.append(answer.retrieval_ms)
-                    retrieved = max(retrieved, answer.retrieved_bytes)
-                    if answer.tpot_ms is not None:
-                        point.tpot_ms.append(answer.tpot_ms)
+            run.stream_to(target)
+            retrieved = run.ask(point)
         except (MemoryError, torch.OutOfMemoryError) as exc:
             stopped = (OOM, (str(exc).splitlines() or ["out of memory"])[0])
         except StreamBound as exc:
@@ -309,25 +361,12 @@ def run_policy(
         if stopped is not None:
             # Drop the cache (outside the except block, whose traceback still holds the prefill's
             # tensors) before anything else needs memory; the larger frame counts are out of reach.
-            session = None
+            run = None
             free_cached_memory(device)
             point.status, point.note, point.ttft_ms, point.tpot_ms, point.retrieval_ms = *stopped, [], [], []
             continue
-        point.prefill_ms = [r.prefill_ms for r in window]
-        point.compress_ms = [r.compress_ms for r in window]
-        point.guidance_ms = [r.guidance_ms for r in window]
-        point.vision_ms = vision
-        point.evicted = [r.evicted for r in window]
-        point.tokens = [r.tokens for r in window]
-        point.dropped = [r.dropped for r in window]
-        point.ingested_frames = session.frames_seen - window_start
-        point.cache_bytes = session.memory.cache_bytes()
-        if built.question.keeps_host_store:
-            point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
-        point.memory_bytes = _memory(device)
-        point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
-        window, vision, window_start = [], [], session.frames_seen
-    del session
+        run.record(point, retrieved)
+    del run
     free_cached_memory(device)
     return points
 

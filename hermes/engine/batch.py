@@ -389,14 +389,14 @@ class BatchDecoder:
 
     def _leave(self, gone: set[BatchRow]) -> None:
         """Rows leave the batch; columns that are padding in every remaining row go too."""
-        keep = [i for i, row in enumerate(self.rows) if row not in gone]
-        self.rows = [self.rows[i] for i in keep]
-        if not keep:
+        staying = [i for i, row in enumerate(self.rows) if row not in gone]
+        self.rows = [self.rows[i] for i in staying]
+        if not staying:
             self._free()  # rows still waiting to join start a new one
             return
-        mask = self._mask[keep]
+        mask = self._mask[staying]
         used = mask.any(dim=0)
         trim = int(used.to(torch.uint8).argmax())  # columns before the first any row uses
         self._mask = mask[:, trim:]
         self._padded = not bool(self._mask.all())
-        self._cache.select(keep, trim)
+        self._cache.select(staying, trim)

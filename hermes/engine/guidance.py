@@ -190,20 +190,20 @@ def leading_tokens_only(decoder_layers: Sequence[torch.nn.Module], needed: Seque
     `tokens_needed`); the model's per-token arguments (positions, rotary tables, masks) are cut to
     match. The cache then holds fewer scratch tokens, which the memory drops anyway."""
 
-    def hook(keep: int):
+    def hook(tokens: int):
         def cut(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             if args:
-                args = (args[0][:, :keep], *args[1:])
+                args = (args[0][:, :tokens], *args[1:])
             else:
-                kwargs["hidden_states"] = kwargs["hidden_states"][:, :keep]
-            return args, {key: _cut(key, value, keep, n) for key, value in kwargs.items()}
+                kwargs["hidden_states"] = kwargs["hidden_states"][:, :tokens]
+            return args, {key: _cut(key, value, tokens, n) for key, value in kwargs.items()}
 
         return cut
 
     handles = [
-        layer.register_forward_pre_hook(hook(keep), with_kwargs=True)
-        for layer, keep in zip(decoder_layers, needed, strict=False)
-        if keep < n
+        layer.register_forward_pre_hook(hook(tokens), with_kwargs=True)
+        for layer, tokens in zip(decoder_layers, needed, strict=False)
+        if tokens < n
     ]
     try:
         yield
@@ -212,18 +212,18 @@ def leading_tokens_only(decoder_layers: Sequence[torch.nn.Module], needed: Seque
             handle.remove()
 
 
-def _cut(key: str, value: object, keep: int, n: int) -> object:
-    """A decoder layer's keyword argument for the first `keep` of `n` new tokens."""
-    if value is None or keep == n:
+def _cut(key: str, value: object, tokens: int, n: int) -> object:
+    """A decoder layer's keyword argument for the first `tokens` of `n` new tokens."""
+    if value is None or tokens == n:
         return value
     if key == "position_embeddings":  # (cos, sin), tokens on the second-to-last axis
-        return tuple(t[..., :keep, :] for t in value)
+        return tuple(t[..., :tokens, :] for t in value)
     if key in ("position_ids", "cache_position"):  # tokens on the last axis
-        return value[..., :keep]
+        return value[..., :tokens]
     if key == "attention_mask" and isinstance(value, torch.Tensor):
         # (batch, heads, queries, keys) or (batch, keys): the new tokens are the last keys.
-        keys = value[..., : value.shape[-1] - (n - keep)]
-        return keys[:, :, :keep] if keys.dim() == 4 else keys
+        keys = value[..., : value.shape[-1] - (n - tokens)]
+        return keys[:, :, :tokens] if keys.dim() == 4 else keys
     if isinstance(value, torch.Tensor):
         raise _CannotCut(key)
     return value

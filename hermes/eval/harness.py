@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -280,27 +280,46 @@ def run_eval(
             write(_skip(problem, f"malformed entry: {problem.reason}"))
         for video_group in mine:
             group = [it for it in video_group if it.qid not in done]
-            if not group:
-                continue
-            path, why = finder.find(group[0])
-            if path is None:
-                for item in group:
-                    write(_skip(item, why))
-                continue
-            answered: set[str] = set()
-            whole = finder.whole(group[0], path)
-            try:
-                for record in _stream_video(session, path, group, letter_ids, settings, whole):
-                    record.pop("policy", None)
-                    answered.add(record["qid"])
-                    write(record)
-            except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
-                for item in group:
-                    if item.qid not in answered:
-                        write(_skip(item, str(exc)))
+            if group:
+                _answer_video(session, finder, group, letter_ids, settings, write)
     qids = [it.qid for it in items] + [p.qid for p in problems]
     if not shard.sharded:
         return summarize(read_results(out), qids)
+    return _merged_summary(out, shard, groups, problems, qids)
+
+
+def _answer_video(
+    session: StreamingSession,
+    finder: VideoFinder,
+    group: list[Item],
+    letter_ids: list[list[int]],
+    settings: EvalSettings,
+    write: Callable[[dict], None],
+) -> None:
+    """Stream the video of `group` (its questions, in order) and `write` a record per question:
+    answered, or skipped with the reason (no video, a damaged file, a bound of the policy)."""
+    path, why = finder.find(group[0])
+    if path is None:
+        for item in group:
+            write(_skip(item, why))
+        return
+    answered: set[str] = set()
+    try:
+        for record in _stream_video(session, path, group, letter_ids, settings, finder.whole(group[0], path)):
+            record.pop("policy", None)
+            answered.add(record["qid"])
+            write(record)
+    except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
+        for item in group:
+            if item.qid not in answered:
+                write(_skip(item, str(exc)))
+
+
+def _merged_summary(
+    out: Path, shard: Shard, groups: list[list[Item]], problems: list[Problem], qids: list[str]
+) -> dict | None:
+    """The summary of a sharded run once every shard's part is complete (this one merges them into
+    `out`); None while another shard is still streaming."""
     with merge_lock(out):
         parts = [read_results(part_path(out, rank, shard.world), repair=False) for rank in range(shard.world)]
         owned = [(q, shard.owner(i)) for i, group in enumerate(groups) for q in (it.qid for it in group)]
