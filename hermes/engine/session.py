@@ -155,8 +155,8 @@ class StreamingSession:
 
     # -- streaming -----------------------------------------------------------------------------
     def ingest(self, chunk: Chunk) -> ChunkReport:
-        """Prefill one chunk into the memory, then compress it back to the budget; StreamBound (and
-        nothing changed) when a bound of the policy stops the stream before it."""
+        """Prefill one chunk into the memory, then compress it back to the budget; StreamBound, the
+        memory unchanged, when a bound of the policy stops the stream before it."""
         inputs, frame_ids, encoded = self._inputs(chunk)
         note = self.bound_note(inputs.num_tokens)
         if note is not None:
