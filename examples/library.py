@@ -4,6 +4,7 @@ plain `model.generate`.
     python examples/library.py --model tiny                     # offline, random weights
     python examples/library.py --model tiny-qwen35              # a hybrid Qwen3.5, offline
     python examples/library.py --model llava-hf/llava-onevision-qwen2-0.5b-ov-hf --video my.mp4
+    python examples/library.py --model tiny --save-memory memory.hermes  # keep the memory in a file
 
 The model and processor are loaded with `transformers` itself. HERMES Live's engine prefills each
 chunk into the cache and compresses it to the budget; the question is then answered by
@@ -24,6 +25,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes import HermesCache, HermesConfig
+from hermes.engine.persist import load_session, save_session
 from hermes.engine.session import StreamingSession
 from hermes.models.loading import resolve, wrap
 from hermes.video.chunking import Chunker
@@ -38,6 +40,7 @@ def main() -> None:
     parser.add_argument("--video", default=str(SAMPLE))
     parser.add_argument("--question", default="What is happening in the video?")
     parser.add_argument("--budget", type=int, default=512, help="video tokens each layer keeps")
+    parser.add_argument("--save-memory", default=None, help="save the memory to this file, then load it back")
     args = parser.parse_args()
 
     # 1. Load with transformers (an alias such as 'tiny' resolves to a local folder first).
@@ -76,6 +79,14 @@ def main() -> None:
     print(f"Q: {args.question}\nA: {processor.tokenizer.decode(out[0, n:], skip_special_tokens=True)}")
     if random_weights:
         print("(random weights: the answer is noise; the memory it was read from is real)")
+
+    # 4. Keep the memory: one file holds the cache and the stream's state. Loaded into the same
+    #    model (in this process or another), the stream goes on, and answers, as this one would.
+    if args.save_memory:
+        size = save_session(session, args.save_memory)
+        again = load_session(lm, args.save_memory)
+        print(f"memory saved to {args.save_memory} ({size / 2**20:.1f} MiB); loaded back: {again.frames_seen} frames")
+        print(f"A (from the file): {again.ask(args.question, max_new_tokens=32).text}")
 
 
 if __name__ == "__main__":

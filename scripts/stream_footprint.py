@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             ticket = stream.ask("What is happening?")
             stream.chat.add({"role": "user", "content": ticket.question})
             events = list(ticket.events())
-            stream.chat.add({"role": "assistant", "content": events[-1].text})
+            stream.chat.add({"role": "assistant", "content": events[-1].update.text})
     worker.wait_idle("probe", 300)
     view = stream.view()
-    alerts = stream.watchlist.pop_alerts() or list(view.alerts)
+    alerts = list(view.alerts)
     rows = [
         ("chunk metrics (performance plot)", view.history, view_module.HISTORY_LIMIT),
         ("standing-question checks", view.watch_history, view_module.WATCH_LIMIT),

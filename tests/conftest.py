@@ -1,4 +1,7 @@
-"""Shared fixtures: offline hub, a per-session model cache, tiny models and ffmpeg clips."""
+"""Shared fixtures: offline hub, a per-session model cache, tiny models and ffmpeg clips.
+
+The tiny models load in fp32 whatever this processor's `--dtype auto` would pick (bf16 with AMX or
+AVX-512 BF16): the tests that compare numbers are about behaviour, and pin the precision they need."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 # Before anything imports huggingface_hub: tests never touch the network, and tiny models are
 # built once per test session into a temporary cache that CLI subprocesses inherit too.
@@ -16,13 +20,24 @@ os.environ["HERMES_CACHE"] = tempfile.mkdtemp(prefix="hermes-test-cache-")
 from hermes.video.clips import make_clip
 from tests.corpus import make_corpus
 
+# torch's CPU threads as the session starts. A command run in-process with --threads sets them for the
+# whole process; each test gets them back (a sum split over other threads rounds otherwise).
+SESSION_THREADS = torch.get_num_threads()
+
+
+@pytest.fixture(autouse=True)
+def _session_threads():
+    yield
+    if torch.get_num_threads() != SESSION_THREADS:
+        torch.set_num_threads(SESSION_THREADS)
+
 
 @pytest.fixture(scope="session")
 def llava_lm():
     """The tiny LLaVA-OneVision (4 layers), loaded through the real loading path."""
     from hermes.models.loading import load_video_lm
 
-    return load_video_lm("tiny")
+    return load_video_lm("tiny", dtype="fp32")
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +45,7 @@ def qwen_lm():
     """The tiny Qwen2.5-VL (4 layers), loaded through the real loading path."""
     from hermes.models.loading import load_video_lm
 
-    return load_video_lm("tiny-qwen")
+    return load_video_lm("tiny-qwen", dtype="fp32")
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +53,7 @@ def qwen3_lm():
     """The tiny Qwen3-VL (4 layers), loaded through the real loading path."""
     from hermes.models.loading import load_video_lm
 
-    return load_video_lm("tiny-qwen3")
+    return load_video_lm("tiny-qwen3", dtype="fp32")
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +61,7 @@ def qwen35_lm():
     """The tiny Qwen3.5 (12 layers: 9 linear attention, 3 full attention), through the real loading path."""
     from hermes.models.loading import load_video_lm
 
-    return load_video_lm("tiny-qwen35")
+    return load_video_lm("tiny-qwen35", dtype="fp32")
 
 
 @pytest.fixture(scope="session", params=["llava", "qwen", "qwen3", "qwen35"])
@@ -105,3 +120,21 @@ def lmms_layout_videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_clip(root / "mvbench_video" / "tvqa" / "video_fps3_hq_segment" / "s01e01_clip.mp4", 3.0, fps=3, size=(96, 64))
     make_clip(root / "videomme" / "data" / "vmme001.mp4", 6.0, fps=4, size=(96, 64))
     return root
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the browser tests (tests/browsers.py)."""
+    from tests.browsers import chromium
+
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def camera_browser():
+    """A headless Chromium whose webcam is Chromium's fake capture device (tests/browsers.py)."""
+    from tests.browsers import CAMERA_ARGS, chromium
+
+    with chromium(CAMERA_ARGS) as b:
+        yield b

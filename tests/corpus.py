@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.video.clips import ffmpeg_path
+from hermes.video.errors import Skipped
 
 
 @dataclass(frozen=True)
 class Clip:
     """A clip: the ffmpeg arguments that make it (between the inputs and the output file), what a
     stream at 1 fps reads (`frames`) or the reason Start refuses it with (`refused`); `then`, an
-    ffmpeg stream copy with these arguments afterwards (to set rotation metadata, for example), and
-    `damage`, a video frame whose bytes are zeroed at the end."""
+    ffmpeg stream copy with these arguments afterwards (to set rotation metadata, for example),
+    `damage`, the video frames whose bytes are zeroed at the end, and `scramble`, a count of bytes
+    overwritten in the middle of the frame data."""
 
     name: str
     args: tuple[str, ...]
@@ -32,7 +34,8 @@ class Clip:
     rate: int = 10
     audio: bool = False
     then: tuple[str, ...] = ()
-    damage: int | None = None
+    damage: tuple[int, ...] = ()
+    scramble: int = 0
 
 
 def _x264(pix_fmt: str = "yuv420p") -> tuple[str, ...]:
@@ -86,20 +89,39 @@ STREAMED = [
 
 # 8 s at 4 fps with a key frame every 2 s, as a camera's file damaged in transfer.
 _DAMAGEABLE = (*_x264(), "-g", "8", "-movflags", "+faststart")
-# Frame 17 (4.25 s) zeroed: at 1 fps the frames up to 0:04 decode, the one at 5 s (decoded through it) fails.
-DAMAGED = Clip("damaged_in_the_middle.mp4", _DAMAGEABLE, seconds=8, rate=4, damage=17)
+# Frame 20 (5 s) zeroed: FFmpeg decodes the 31 others (those after it concealed); at 1 fps the frame at
+# 5 s is skipped and the stream goes on at 6 s.
+DAMAGED = Clip("damaged_in_the_middle.mp4", _DAMAGEABLE, seconds=8, rate=4, damage=(20,))
+DAMAGED_AT_S = 5
+# Frames 17 (4.25 s) to the end zeroed: at 1 fps the frames up to 0:04 decode, then none.
+DAMAGED_TO_THE_END = Clip("damaged_to_the_end.mp4", _DAMAGEABLE, seconds=8, rate=4, damage=tuple(range(17, 32)))
 DAMAGED_AFTER_S = 4
+# As the damage of a download or a disk looks: 4 KB overwritten in the middle of an 8 s H.264 file, as
+# reported (200 frames at 25 fps, FFmpeg decodes 199), and a lighter one for the whole engine path.
+_SCRAMBLED = (*_x264(), "-movflags", "+faststart")
+SCRAMBLED = Clip("damaged_4kb.mp4", _SCRAMBLED, size="320x240", seconds=8, rate=25, scramble=4096)
+SCRAMBLED_LIGHT = Clip("damaged_4kb_light.mp4", _SCRAMBLED, size="160x120", seconds=8, rate=4, scramble=4096)
 
 REFUSED = [
     Clip("audio_only.mp4", ("-vn", "-c:a", "aac"), refused="no video stream", audio=True),
     Clip("a64.avi", ("-c:v", "a64multi", "-pix_fmt", "gray"), refused="codec not supported: a64m", size="320x200"),
-    # Frame 9 (2.25 s) zeroed: the frame at 3 s, among those Start decodes, fails.
-    Clip("damaged_early.mp4", _DAMAGEABLE, refused="the file is damaged after 0:02", seconds=8, rate=4, damage=9),
+    # Frames 9 (2.25 s) to the end zeroed: nothing after 0:02 decodes, and Start decodes up to 3 s.
+    Clip(
+        "damaged_early.mp4",
+        _DAMAGEABLE,
+        refused="the file is damaged after 0:02",
+        seconds=8,
+        rate=4,
+        damage=tuple(range(9, 32)),
+    ),
 ]
 
 
 def _ffmpeg(*args: str) -> None:
     subprocess.run([ffmpeg_path(), "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args], check=True)
+
+
+DAMAGED_CLIPS = [DAMAGED, DAMAGED_TO_THE_END, SCRAMBLED, SCRAMBLED_LIGHT]
 
 
 def make(clip: Clip, root: Path) -> Path:
@@ -113,24 +135,61 @@ def make(clip: Clip, root: Path) -> Path:
     if clip.then:
         _ffmpeg("-i", str(out), "-map", "0", "-c", "copy", *clip.then, str(path))
         out.unlink()
-    if clip.damage is not None:
-        damage_frame(path, clip.damage)
+    if clip.damage:
+        damage_frames(path, clip.damage)
+    if clip.scramble:
+        scramble(path, clip.scramble)
     return path
 
 
-def damage_frame(path: Path, index: int) -> Path:
-    """Zero the bytes of video frame `index` in the file (found with ffprobe); the index stays whole."""
+def damage_frames(path: Path, indices: tuple[int, ...]) -> Path:
+    """Zero the bytes of the video frames `indices` in the file (found with ffprobe); the index stays whole."""
     probe = [shutil.which("ffprobe") or "ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries"]
     out = subprocess.run([*probe, "packet=pos,size", "-of", "json", str(path)], capture_output=True, text=True)
-    packet = json.loads(out.stdout)["packets"][index]
-    pos, size = int(packet["pos"]), int(packet["size"])
+    packets = json.loads(out.stdout)["packets"]
     data = bytearray(path.read_bytes())
-    data[pos : pos + size] = bytes(size)
+    for index in indices:
+        pos, size = int(packets[index]["pos"]), int(packets[index]["size"])
+        data[pos : pos + size] = bytes(size)
     path.write_bytes(bytes(data))
     return path
+
+
+def scramble(path: Path, count: int) -> Path:
+    """Overwrite `count` bytes in the middle of the file's frame data (its mp4 `mdat` box) with a fixed
+    pattern of bytes, as a bad sector or a broken download leaves them."""
+    data = bytearray(path.read_bytes())
+    start = data.find(b"mdat") + 4
+    middle = (start + len(data)) // 2
+    data[middle : middle + count] = bytes((i * 7919 + 13) % 256 for i in range(count))
+    path.write_bytes(bytes(data))
+    return path
+
+
+def ffmpeg_frame_times(path: Path) -> list[float]:
+    """The start times (s) of the frames that FFmpeg's own decoder decodes from the file, in order (a
+    damaged packet's frame is not one)."""
+    cmd = [shutil.which("ffprobe") or "ffprobe", "-v", "quiet", "-select_streams", "v:0", "-show_entries"]
+    out = subprocess.run([*cmd, "frame=pts_time", "-of", "csv=p=0", str(path)], capture_output=True, text=True)
+    return [float(line.strip(",")) for line in out.stdout.split()]
+
+
+def skipped_notes(path: Path, every: list[float]) -> list[str]:
+    """What a stream of the frames starting at `every` (s) must say it skipped: the runs of frames that
+    FFmpeg does not decode."""
+    decoded = ffmpeg_frame_times(path)
+    lost = [not any(abs(t - d) < 1e-3 for d in decoded) for t in every]
+    notes, run = [], 0
+    for k, missing in enumerate([*lost, False]):
+        if missing:
+            run += 1
+        elif run:
+            notes.append(str(Skipped(every[k - run], run)))
+            run = 0
+    return notes
 
 
 def make_corpus(root: Path) -> dict[str, Path]:
     """Every clip of the corpus under `root`, by name."""
     root.mkdir(parents=True, exist_ok=True)
-    return {clip.name: make(clip, root) for clip in [*STREAMED, *REFUSED, DAMAGED]}
+    return {clip.name: make(clip, root) for clip in [*STREAMED, *REFUSED, *DAMAGED_CLIPS]}

@@ -15,7 +15,7 @@ import torch
 
 from hermes.engine.batch import BatchDecoder
 from hermes.engine.chunk import Chunk
-from hermes.engine.session import StreamingSession
+from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.memory.cache import HermesCache
 from hermes.serving.live import LiveStream
 from hermes.serving.settings import StreamSettings
@@ -24,6 +24,13 @@ T = TypeVar("T")
 
 # Small settings for live streams in tests: the memory fills within a short clip.
 SMALL = StreamSettings(budget=400, chunk_frames=2, fps=0.5)
+
+
+def chunk_report(frames_seen: int = 0, stream_time_s: float = 0.0, **numbers: float) -> ChunkReport:
+    """A chunk's report with the given numbers (`cache_bytes`, `prefill_ms`, ...), the others 0."""
+    fields = {"prefill_ms": 0.0, "compress_ms": 0.0, "guidance_ms": 0.0, "reindex_ms": 0.0, "cache_bytes": 0}
+    fields |= {"chunk_index": 0, "tokens": 0, "evicted": 0, "reindexed": False, "video_tokens_per_layer": []}
+    return ChunkReport(frames_seen=frames_seen, stream_time_s=stream_time_s, **(fields | numbers))
 
 
 def random_chunk(index: int, n: int = 2, size: int = 64, seed: int | None = None) -> Chunk:
@@ -133,6 +140,21 @@ def qwen_frames(n: int, seed: int = 0, size: int = 224) -> np.ndarray:
     volume, so neither a 2-frame chunk nor a whole short video is resized: both see the frames at
     the same resolution."""
     return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def whole_video_inputs(lm, frames: np.ndarray, question: str, fps: float):
+    """What the model's own processor makes of the whole video at once, between the memory's text
+    prefix and the question: the reference that a stream of chunks is held to."""
+    prefix, asked = lm.prefix_ids()[0], lm.question_ids(question)[0]
+    text = (
+        lm.tokenizer.decode(prefix, skip_special_tokens=False)
+        + lm.processor.video_token
+        + lm.tokenizer.decode(asked, skip_special_tokens=False)
+    )
+    meta = {"fps": fps, "total_num_frames": len(frames), "frames_indices": list(range(len(frames)))}
+    return lm.processor(
+        text=text, videos=[list(frames)], video_metadata=[meta], do_sample_frames=False, return_tensors="pt"
+    )
 
 
 def pair_chunks(frames: np.ndarray, fps: float = 1.0) -> list[Chunk]:

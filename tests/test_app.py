@@ -16,6 +16,7 @@ os.environ.setdefault("GRADIO_HEARTBEAT_INTERVAL", "0.5")
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+from hermes.engine.methods import parse_policy
 from hermes.serving import (
     ChunkRecord,
     FrameTokens,
@@ -26,11 +27,12 @@ from hermes.serving import (
     StreamSettings,
     Tier,
 )
-from tests.helpers import SMALL, wait_for
+from tests.helpers import SMALL, chunk_report, wait_for
 from ui import build_app, figures, launch_options
 from ui.layout import MAX_UPLOAD
 
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "cockatoo.mp4"
+HERMES, FIFO = parse_policy("hermes"), parse_policy("fifo")  # views key their policies by the parsed name
 
 
 def free_port() -> int:
@@ -225,10 +227,10 @@ def test_figures_stay_small_on_long_streams():
     view = LiveView(
         version=1,
         settings=SMALL,
-        snapshots={"hermes": snap},
+        snapshots={HERMES: snap},
         frame_tokens=FrameTokens().extended(n, 196.0),
         frames_seen=n,
-        attention={"hermes": attention},
+        attention={HERMES: attention},
     )
     fig = figures.retained_map_figure(view)
     assert len(fig.to_json()) < 40_000
@@ -243,7 +245,7 @@ def test_a_hybrid_models_map_names_its_attention_layers_and_its_states():
     view = LiveView(
         version=1,
         settings=SMALL,
-        snapshots={"hermes": snap},
+        snapshots={HERMES: snap},
         frame_tokens=FrameTokens().extended(2, 2.0),
         frames_seen=2,
     )
@@ -251,20 +253,21 @@ def test_a_hybrid_models_map_names_its_attention_layers_and_its_states():
     assert list(fig.layout.yaxis.ticktext) == ["3", "7", "11"]
     (note,) = [a.text for a in fig.layout.annotations if "linear attention" in a.text]
     assert note.startswith("9 more layers") and "3.0 MiB" in note
-    plain = figures.retained_map_figure(LiveView(**{**vars(view), "snapshots": {"hermes": snapshot([[0, 1]] * 3)}}))
+    plain = figures.retained_map_figure(LiveView(**{**vars(view), "snapshots": {HERMES: snapshot([[0, 1]] * 3)}}))
     assert list(plain.layout.yaxis.ticktext) == ["0", "1", "2"]
     assert not [a for a in plain.layout.annotations if "linear attention" in (a.text or "")]
 
 
 def test_the_budget_line_is_the_published_budget_bytes():
     snap = snapshot([[0, 1], [0, 1], [0, 1]])
-    record = ChunkRecord(1.0, 2, 4.0, {"hermes": 96, "fifo": 96}, {}, {}, rss_bytes=2**20, gpu_allocated_bytes=None)
+    reports = {p: chunk_report(2, 4.0, cache_bytes=96) for p in (HERMES, FIFO)}
+    record = ChunkRecord(1.0, reports, rss_bytes=2**20, gpu_allocated_bytes=None)
     view = LiveView(
         version=1,
         settings=SMALL,
-        snapshots={"hermes": snap, "fifo": snap},
+        snapshots={HERMES: snap, FIFO: snap},
         history=(record,),
-        budget_bytes={"hermes": 5 * figures.MB, "fifo": 4 * figures.MB},
+        budget_bytes={HERMES: 5 * figures.MB, FIFO: 4 * figures.MB},
     )
     lines = [shape.y0 for shape in figures.performance_figure(view, gpu=False).layout.shapes]
     assert lines == [5.0]  # one line for both: the larger cache (hermes keeps a summary slot more)
@@ -279,10 +282,11 @@ def test_app_falls_back_to_the_tiny_model_with_a_banner(monkeypatch):
     from ui import random_weights_banner
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    lm, error = load_model_or_fallback("nobody/no-such-video-model")
+    lm, error = load_model_or_fallback("nobody/no-such-video-model", device="cpu")
     assert lm.random_weights and lm.num_layers == 24 and "no-such-video-model" in error
     banner = random_weights_banner(lm, error)
-    assert "answers are noise" in banner and "memory dynamics are real" in banner and "tiny-24" in banner
+    # On a CPU, the stand-in has the CPU default's architecture (Qwen3.5) and its 24 layers.
+    assert "answers are noise" in banner and "memory dynamics are real" in banner and "tiny-qwen35-24" in banner
     args = app_module.parse_args([])
     assert (args.model, args.host, args.port, args.share, args.max_sessions) == (None, None, None, False, 4)
     assert args.memory_cap_mb is None  # then $HERMES_MEMORY_CAP_MB, else the device's default

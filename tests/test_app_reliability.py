@@ -25,10 +25,10 @@ from hermes.engine.session import StreamingSession
 from hermes.serving import LiveStream, StreamSettings
 from hermes.serving.admission import cache_bytes_for
 from hermes.video.clips import make_clip
-from tests.corpus import DAMAGED, DAMAGED_AFTER_S, REFUSED, STREAMED, Clip
+from tests.corpus import DAMAGED, DAMAGED_AFTER_S, DAMAGED_AT_S, DAMAGED_TO_THE_END, REFUSED, STREAMED, Clip
 from tests.helpers import hold_answers, wait_for
 from tests.test_app import serve, text_of
-from ui.callbacks import Callbacks
+from ui.callbacks import Callbacks, status_text
 from ui.layout import ASK_CONCURRENCY, DEFAULT_CONCURRENCY, QUEUE_MAX_SIZE
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -194,17 +194,25 @@ def test_files_without_a_readable_video_are_refused_at_start(client, corpus, cli
     assert client.predict(api_name="/metrics")["reserved_bytes"] == 0  # a fresh session: nothing was reserved
 
 
-def test_a_damaged_file_streams_to_its_last_good_frame_and_is_asked_about(viewer, corpus):
-    start(viewer, corpus[DAMAGED.name])
+def test_a_file_that_decodes_no_further_streams_to_its_last_good_frame_and_is_asked_about(viewer, corpus):
+    start(viewer, corpus[DAMAGED_TO_THE_END.name])
     metrics = wait_for(lambda: (m := viewer.predict(api_name="/metrics"))["state"] == "error" and m)
     good = DAMAGED_AFTER_S + 1  # frames at 0, 1, ... 4 s, the partial last chunk included
     metrics = wait_for(lambda: (m := viewer.predict(api_name="/metrics"))["frames_seen"] == good and m)
     assert metrics, "the frames before the damage did not all reach the model"
     assert metrics["error"] == (
-        f"'{DAMAGED.name}' is damaged after 0:0{DAMAGED_AFTER_S}: the stream stopped at the last good frame, "
-        "and what was read stays in memory."
+        f"'{DAMAGED_TO_THE_END.name}' is damaged after 0:0{DAMAGED_AFTER_S}: the stream stopped at the last good "
+        "frame, and what was read stays in memory."
     )
     assert f"of {good} frames in memory" in text_of(ask(viewer)[-1])
+
+
+def test_a_damaged_frame_is_skipped_and_the_status_says_so(app, viewer, corpus):
+    start(viewer, corpus[DAMAGED.name])
+    metrics = finished(viewer, 7)  # 8 s at 1 fps, less the frame at 5 s
+    assert metrics["skipped_frames"] == 1
+    status = status_text(stream_of(app[2], viewer))
+    assert f"⚠️ 1 frame could not be decoded at 0:0{DAMAGED_AT_S}" in status and "7 frames read" in status
 
 
 @pytest.mark.parametrize("question", ["", "   \n "])
@@ -340,7 +348,7 @@ def test_a_tab_closed_mid_stream_frees_its_stream(app, videos):
     start(client, videos["long"], pace="1x")  # 12 s: still streaming when the tab goes
     assert wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] > 0)
     stream = stream_of(registry, client)
-    reader, memory = stream._feed.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
+    reader, memory = stream.feed.source.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
     assert reader.is_alive() and stream.reserved_bytes > 0
     client.close()  # its heartbeat stops, as when a tab closes: the unload handler runs
 
@@ -361,13 +369,15 @@ def test_webcam_frames_of_any_size_and_bad_frames(app):
     registry = app[2]
     callbacks = Callbacks(registry)
     request = SimpleNamespace(session_hash="webcam-viewer")
-    settings = ("hermes", 400, 2, 4.0, "lazy", False, ["hermes", "fifo"], 0.5)  # compare, its policies, threshold
+    # The Settings controls' values, as the page hands them over (a slider's floats included).
+    settings = {"policy": "hermes", "budget": 400.0, "chunk_frames": 2.0, "fps": 4.0, "reindex": "lazy"}
+    settings |= {"compare": False, "compare_policies": ["hermes", "fifo"], "watch_threshold": 0.5}
     rng = np.random.default_rng(0)
     for h, w in [(480, 640), (720, 1280), (240, 320), (1080, 720)]:
-        callbacks.webcam_frame(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), *settings, request)
+        callbacks.webcam_frame(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), request, **settings)
         time.sleep(0.3)  # slower than 4 fps: no frame is thinned away
     with pytest.raises(gr.Error, match="frame must have shape"):
-        callbacks.webcam_frame(np.zeros((8, 8, 5), dtype=np.uint8), *settings, request)
+        callbacks.webcam_frame(np.zeros((8, 8, 5), dtype=np.uint8), request, **settings)
     stream = registry.get("webcam-viewer", create=False)
     assert registry.worker.wait_idle("webcam-viewer", 30)
     assert stream.view().frames_seen == 4 and stream.status().source == "webcam" and stream.status().error is None

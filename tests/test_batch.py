@@ -89,8 +89,8 @@ def test_a_batch_answers_each_question_as_asked_alone(lm):
         assert last.ttft_ms > 0 and last.frames_seen == session.frames_seen
         assert_same_memory(before[i], session.memory)
     # The batch recorded each answer on its session, as ask does (it prefixes the next guidance prompt).
-    assert [len(s.answers) for s in sessions] == [2, 2, 2, 2]
-    assert sessions[0].answers[0].text == sessions[0].answers[1].text
+    assert [len(s.reader.answers) for s in sessions] == [2, 2, 2, 2]
+    assert sessions[0].reader.answers[0].text == sessions[0].reader.answers[1].text
 
 
 def test_rows_of_equal_length_batch_without_padding(lm):
@@ -140,7 +140,7 @@ def test_a_dropped_row_is_not_recorded_and_the_others_go_on(llava_lm):
     assert decoder.rows == [rows[1]]
     updates = _run(decoder)
     assert list(updates) == [1] and updates[1][-1][1].done
-    assert sessions[0].answers == [] and sessions[0].last_turn is None
+    assert sessions[0].reader.answers == [] and sessions[0].reader.last_turn is None
     assert updates[1][-1][1].text == sessions[1].ask("What is happening?", 8).text
     # A row dropped before it joined never runs.
     decoder.drop(decoder.add(sessions[0], "Why?", 4))

@@ -262,7 +262,7 @@ def test_random_7b_refuses_a_cpu() -> None:
     with pytest.raises(ModelLoadError, match=r"8\.0B-parameter.*--allow-cpu-7b"):
         bench.load_bench_model("llava-ov-7b-random", device="cpu")
     with pytest.raises(ModelLoadError, match="unknown random-weight model"):
-        random7b.load_random_7b("gpt-7b-random", device="cpu")
+        random7b.load_random_model("gpt-7b-random", device="cpu")
 
 
 @pytest.mark.parametrize("name", sorted(random7b.RANDOM_MODELS))
@@ -285,7 +285,7 @@ def test_random_7b_builder_streams_when_shrunk(name: str) -> None:
         vision["fullatt_block_indexes"] = [1]
     else:
         vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
-    lm = random7b.load_random_7b(name, device="cpu", allow_cpu=True, text=text, vision=vision)
+    lm = random7b.load_random_model(name, device="cpu", allow_cpu=True, text=text, vision=vision)
     assert lm.dtype == torch.bfloat16 and lm.random_weights and lm.source == name
     assert lm.text_config.vocab_size == (151936 if "0.5b" in name else 248320 if hybrid else 152064)
     frames = np.random.default_rng(0).integers(0, 256, (4, 384, 384, 3), dtype=np.uint8)

@@ -1,46 +1,20 @@
-"""The app in a real headless Chromium: stream the sample, ask, see the answer and the live plots.
-
-Needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium; .ci/run installs it)
-and the pip `playwright` package; `playwright install` is never used.
-"""
+"""The app in a real headless Chromium (tests/browsers.py): stream the sample, ask, see the answer
+and the live plots."""
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from hermes.serving import StreamSettings
+from tests.browsers import TIMEOUT_MS, open_page
 from tests.test_app import serve
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-TIMEOUT_MS = 90_000
-
 pytestmark = pytest.mark.browser
-
-
-def _open(browser, url: str, viewport: dict):
-    """A new page on the app, and the list that collects its console errors."""
-    page = browser.new_page(viewport=viewport)
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
-    return page, errors
 
 
 def set_slider(page, elem_id: str, value: str, tries: int = 5) -> None:
@@ -65,18 +39,6 @@ def set_slider(page, elem_id: str, value: str, tries: int = 5) -> None:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail("Chromium is missing: install it with `apt-get install -y chromium` (.ci/run does this).")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def url(llava_lm):
     # Budget below two chunks of tokens, so that compression (and the attention profile) happens early.
     address, demo, registry = serve(llava_lm, StreamSettings(budget=300, chunk_frames=2, fps=1.0))
@@ -86,7 +48,7 @@ def url(llava_lm):
 
 
 def test_stream_ask_and_watch_the_memory(browser, url, tmp_path):
-    page, errors = _open(browser, url, viewport={"width": 1400, "height": 1000})
+    page, errors = open_page(browser, url, viewport={"width": 1400, "height": 1000})
     assert "Random weights" in page.inner_text(".banner")
 
     page.get_by_label("max", exact=True).check()
@@ -121,7 +83,7 @@ def test_stream_ask_and_watch_the_memory(browser, url, tmp_path):
 
 
 def test_watch_for_box_alerts_in_the_chat_and_plots_p_yes(browser, url, tmp_path):
-    page, errors = _open(browser, url, viewport={"width": 1400, "height": 1200})
+    page, errors = open_page(browser, url, viewport={"width": 1400, "height": 1200})
 
     page.click("#watch")  # an empty standing question: a clear message, nothing added
     page.get_by_text("The standing question is empty").first.wait_for()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from gradio_client import Client
 
+from hermes.engine.methods import parse_policy
 from hermes.serving import StreamSettings
+from tests.browsers import TIMEOUT_MS, open_page
 from tests.helpers import wait_for
 from tests.test_app import serve
-from tests.test_browser import TIMEOUT_MS, _open, browser  # noqa: F401 - the browser fixture
-from ui.figures import LABELS
 
 pytestmark = pytest.mark.browser
 CHOSEN = ("hermes", "fifo", "streammem")
@@ -24,8 +24,8 @@ def url(llava_lm):
     registry.shutdown()
 
 
-def test_compare_three_policies_shows_three_maps_and_three_answers(browser, url, tmp_path):  # noqa: F811
-    page, errors = _open(browser, url, viewport={"width": 1400, "height": 1100})
+def test_compare_three_policies_shows_three_maps_and_three_answers(browser, url, tmp_path):
+    page, errors = open_page(browser, url, viewport={"width": 1400, "height": 1100})
     page.get_by_text("Settings (applied at the next Start or Reset)").click()
     page.locator("#compare input[type=checkbox]").check()
     # HERMES and FIFO are the default pair; add StreamMem as the third.
@@ -40,7 +40,7 @@ def test_compare_three_policies_shows_three_maps_and_three_answers(browser, url,
     )
     page.fill("#question textarea", "What is in the picture?")
     page.click("#ask")
-    labels = [LABELS[p] for p in CHOSEN]
+    labels = [parse_policy(p).label for p in CHOSEN]
     check = " && ".join(f"t.includes('**{lab}**') || t.includes('{lab} ·')" for lab in labels)
     page.wait_for_function(
         f"() => {{ const t = document.querySelector('#chat').innerText; return (t.match(/TTFT/g) || []).length >= 3 "
@@ -94,8 +94,8 @@ def rekv_url(llava_lm):
     registry.shutdown()
 
 
-def test_compare_hermes_against_rekv_shows_both_answers_and_rekv_host_memory_growing(browser, rekv_url, tmp_path):  # noqa: F811
-    page, errors = _open(browser, rekv_url, viewport={"width": 1400, "height": 1100})
+def test_compare_hermes_against_rekv_shows_both_answers_and_rekv_host_memory_growing(browser, rekv_url, tmp_path):
+    page, errors = open_page(browser, rekv_url, viewport={"width": 1400, "height": 1100})
     page.get_by_label("max", exact=True).check()
     page.click("#start-sample")
     # Enough chunks that ReKV's window (300 tokens: a frame or so) has let frames go to host memory.
@@ -110,7 +110,7 @@ def test_compare_hermes_against_rekv_shows_both_answers_and_rekv_host_memory_gro
         "() => (document.querySelector('#chat').innerText.match(/TTFT/g) || []).length >= 2", timeout=TIMEOUT_MS
     )
     chat = page.inner_text("#chat")
-    assert LABELS["hermes"] in chat and LABELS["rekv"] in chat, chat
+    assert parse_policy("hermes").label in chat and parse_policy("rekv").label in chat, chat
     # The memory plot: ReKV's host memory is its own line and grows; HERMES's cache stays flat past its budget.
     traces = page.wait_for_function(
         """() => { const plot = document.querySelector('#performance .js-plotly-plot');

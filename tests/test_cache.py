@@ -3,11 +3,12 @@
 import pytest
 import torch
 
+from hermes.engine.methods import make_policy
 from hermes.memory.cache import SUMMARY_ID, ChunkMeta, HermesCache
 from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import LayerInputs, make_policy
 from hermes.memory.rope import RopeSpec, dense_rank, rotate_keys
+from hermes.memory.scorer import LayerInputs
 from hermes.memory.selection import top_k
 from hermes.memory.tiers import Tier
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hermes.engine.methods import make_policy
 from hermes.engine.session import StreamingSession
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
 from hermes.memory.rope import RopeSpec
 from hermes.models import loading
 from hermes.models.loading import cpu_has_bf16, load_video_lm, resolve_dtype

@@ -5,6 +5,8 @@ with the table. `tests/test_lmms_plugin.py` also checks the table against lmms-e
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from hermes.eval import scorers
@@ -16,7 +18,7 @@ from hermes.eval.scorers import (
     proactive_correct,
     text_score,
 )
-from hermes.eval.summary import official_scores
+from hermes.eval.summary import ANSWERED, official_scores, summarize
 
 # (response, answer letter): StreamingBench, OVO-Bench, Video-MME, MVBench, each
 # (what the rule reads, right?), or None where the rule does not count the answer. Four options.
@@ -156,3 +158,41 @@ def test_official_aggregates() -> None:
     # Video-MME and StreamingBench: over all questions, and per group.
     groups = {"short": {"accuracy": 1.0, "text_accuracy": 0.5}}
     assert official_scores("videomme", _summary({}, groups))["text"] == {"short": 50.0, "overall": 25.0}
+
+
+def test_mvbench_task_with_no_counted_answer_scores_zero_as_lmms_eval_aggregates() -> None:
+    """Three tasks scored through the real records path: two all right, one whose generated answers
+    are all empty. lmms-eval's mvbench_aggregate_results scores that task 0 (no answered prediction),
+    so the average is 66.67, not the 100.00 of leaving the task out; a task without generated text
+    at all (generation off) is left out, since lmms-eval would have no number for it either."""
+    generated = {
+        "Action Sequence": [("A", "A"), ("C", "C")],
+        "Object Shuffle": [("B", "B"), ("", "A")],
+        "Action Count": [("", "A"), ("   ", "B")],
+    }
+    records = {}
+    for task, answers in generated.items():
+        for i, (text, answer) in enumerate(answers):
+            read = text_score("mvbench", text, answer, 3)
+            records[f"{task}/{i}"] = {
+                "qid": f"{task}/{i}",
+                "task": task,
+                "status": ANSWERED,
+                "correct": True,
+                "text": text,
+                "text_correct": read.correct,
+                "text_counted": read.counted,
+            }
+    # lmms-eval's rule, per task: 100 x right / answered over the non-empty predictions, else 0.
+    expected = []
+    for answers in generated.values():
+        answered = [(t.strip(), a) for t, a in answers if t.strip() != ""]
+        expected.append(100 * sum(t == a for t, a in answered) / len(answered) if answered else 0)
+    assert statistics.fmean(expected) == pytest.approx(66.6667, abs=1e-3)
+    summary = summarize(records, list(records))
+    assert official_scores("mvbench", summary)["text"]["average"] == pytest.approx(statistics.fmean(expected))
+    assert official_scores("mvbench", summary)["log-prob"]["average"] == pytest.approx(100.0)
+    # No generated text in a task (generation was off there): left out, not scored 0.
+    for qid in ("Action Count/0", "Action Count/1"):
+        records[qid] |= {"text_correct": None, "text_counted": False}
+    assert official_scores("mvbench", summarize(records, list(records)))["text"]["average"] == pytest.approx(100.0)

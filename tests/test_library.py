@@ -57,8 +57,9 @@ def test_the_memory_cannot_be_cropped(llava_lm):
 def test_example_script_answers_offline(tmp_path):
     # As a newcomer runs it: from elsewhere, with the checkout neither installed nor on PYTHONPATH.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    saved = ["--save-memory", str(tmp_path / "memory.hermes")]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "library.py"), "--model", "tiny", "--budget", "256"],
+        [sys.executable, str(ROOT / "examples" / "library.py"), "--model", "tiny", "--budget", "256", *saved],
         capture_output=True,
         text=True,
         env=env,
@@ -67,3 +68,4 @@ def test_example_script_answers_offline(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "frames streamed" in done.stdout and "\nA: " in done.stdout
+    assert "loaded back: " in done.stdout and "A (from the file): " in done.stdout

@@ -41,12 +41,12 @@ def test_stream_a_file_then_ask_with_streamed_answer(stream, clips):
     assert len(events) >= 2, "the answer streams token by token"
     assert all(e.error is None for e in events)
     last = events[-1]
-    assert last.done and last.ttft_ms > 0 and last.wait_ms >= 0
-    assert last.frames_seen == 4 and 0 < last.frames_in_memory <= 4
-    texts = [e.text for e in events]
+    assert last.done and last.update.ttft_ms > 0 and last.wait_ms >= 0
+    assert last.update.frames_seen == 4 and 0 < last.update.frames_in_memory <= 4
+    texts = [e.update.text for e in events]
     assert texts == sorted(texts, key=len)  # each update extends the text
     answers = stream.view().answers
-    assert len(answers) == 1 and answers[0].ttft_ms == last.ttft_ms
+    assert len(answers) == 1 and answers[0].update.ttft_ms == last.update.ttft_ms
     metrics = stream.metrics()
     json.dumps(metrics)  # plain data, for the API
     assert metrics["frames_seen"] == 4 and metrics["answers"][0]["wait_ms"] == last.wait_ms
@@ -66,8 +66,8 @@ def test_questions_of_several_streams_are_answered_in_one_batch(worker, llava_lm
         for i, (s, events) in enumerate(zip(streams, answers, strict=True)):
             assert all(e.error is None for e in events) and len(events) >= 2
             alone = s._memories.sessions["hermes"].ask(f"What is in stream {i}?", max_new_tokens=10)
-            assert (events[-1].text, events[-1].tokens) == (alone.text, alone.tokens)
-            assert s.view().answers[-1].text == alone.text
+            assert (events[-1].update.text, events[-1].update.tokens) == (alone.text, alone.tokens)
+            assert s.view().answers[-1].update.text == alone.text
     finally:
         for s in streams:
             s.close()
@@ -86,9 +86,9 @@ def test_a_question_joins_an_answer_being_decoded(worker, llava_lm, clips):
             gate.set()
             events_a, events_b = list(ticket_a.events()), list(ticket_b.events())
         assert worker.largest_batch == 2  # b joined a's batch; it did not wait for a's 12 tokens
-        assert events_a[-1].tokens == 12 and events_b[-1].tokens == 4
-        assert events_a[-1].text == a._memories.sessions["hermes"].ask("What colour is the square?", 12).text
-        assert events_b[-1].text == b._memories.sessions["hermes"].ask("And the background?", 4).text
+        assert events_a[-1].update.tokens == 12 and events_b[-1].update.tokens == 4
+        assert events_a[-1].update.text == a._memories.sessions["hermes"].ask("What colour is the square?", 12).text
+        assert events_b[-1].update.text == b._memories.sessions["hermes"].ask("And the background?", 4).text
     finally:
         a.close()
         b.close()
@@ -231,7 +231,7 @@ def test_a_failing_answer_reports_an_error_and_the_stream_goes_on(stream, llava_
     with monkeypatch.context() as m:
         m.setattr(llava_lm.model, "forward", fails_second)
         events = list(stream.ask("What now?").events())
-    assert events[0].text and events[0].error is None  # the first token reached the viewer
+    assert events[0].update.text and events[0].error is None  # the first token reached the viewer
     event = events[-1]
     assert message in event.error and stream.worker.alive and stream.worker.errors == 1
     assert stream.status().error is None  # the memory was not touched: the stream goes on
@@ -243,7 +243,7 @@ def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
     with hold_answers(stream._memories.sessions["hermes"]) as (first, gate):
         ticket = stream.ask("What colour is the square?", max_new_tokens=50)
         events = ticket.events()
-        assert next(events).text and first.wait(10)
+        assert next(events).update.text and first.wait(10)
         stream.reset()
         gate.set()
         rest = list(events)

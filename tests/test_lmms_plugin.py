@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from hermes.engine.session import StreamingSession
@@ -122,7 +123,9 @@ def test_lmms_eval_runs_the_plugin_as_hermes_eval_does(llava_lm, lmms_layout_vid
         "loglikelihood": {"video": video, "context": context, "continuations": [" A", "B", " the answer"]},
         "tasks_dir": str(tmp_path / "tasks"),
         "tasks": tasks,
-        "model_args": MODEL_ARGS,
+        # lmms-eval's process computes as this one: the same precision (its default, auto, is bf16 on
+        # some processors) and as many threads (sums split over threads round differently).
+        "model_args": f"{MODEL_ARGS},dtype={llava_lm.dtype_name},threads={torch.get_num_threads()}",
         "packages": list(installed([*CORE, "gradio"])),
         "table": [[row[0], row[1]] for row in TABLE],
     }

@@ -14,7 +14,7 @@ from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models import tiny
 from hermes.models.base import rotary_channel_axes
-from tests.helpers import pair_chunks, qwen_frames
+from tests.helpers import pair_chunks, qwen_frames, whole_video_inputs
 
 FPS = 1.0
 PAIRS = 3  # chunks of one frame pair each
@@ -58,15 +58,7 @@ def test_chunks_match_transformers_on_the_whole_video(qwen3_lm):
         logp = session.first_token_logprobs(QUESTION)
 
         prefix, question = lm.prefix_ids()[0], lm.question_ids(QUESTION)[0]
-        whole_text = (
-            lm.tokenizer.decode(prefix, skip_special_tokens=False)
-            + lm.processor.video_token
-            + lm.tokenizer.decode(question, skip_special_tokens=False)
-        )
-        meta = {"fps": FPS, "total_num_frames": len(frames), "frames_indices": list(range(len(frames)))}
-        proc = lm.processor(
-            text=whole_text, videos=[list(frames)], video_metadata=[meta], do_sample_frames=False, return_tensors="pt"
-        )
+        proc = whole_video_inputs(lm, frames, QUESTION, FPS)
         captured.clear()
         with torch.inference_mode():
             out = lm.model(**proc)

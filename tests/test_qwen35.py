@@ -15,7 +15,14 @@ from hermes.models import tiny
 from hermes.models.loading import ADAPTERS, ModelLoadError, load_video_lm
 from hermes.models.qwen3_5 import ANSWER_OPENING
 from hermes.models.random7b import parameter_count, random_config
-from tests.helpers import assert_same_memory, generate_on_cache, memory_state, pair_chunks, qwen_frames
+from tests.helpers import (
+    assert_same_memory,
+    generate_on_cache,
+    memory_state,
+    pair_chunks,
+    qwen_frames,
+    whole_video_inputs,
+)
 
 FPS = 1.0
 QUESTION = "What is happening?"
@@ -128,16 +135,8 @@ def test_hermes_below_its_budget_answers_as_full_and_as_one_pass(qwen35_lm):
     assert torch.equal(logp, full.first_token_logprobs(QUESTION))
     assert hermes.ask(QUESTION, 4).text == full.ask(QUESTION, 4).text
 
-    prefix, question = lm.prefix_ids()[0], lm.question_ids(QUESTION)[0]
-    whole_text = (
-        lm.tokenizer.decode(prefix, skip_special_tokens=False)
-        + lm.processor.video_token
-        + lm.tokenizer.decode(question, skip_special_tokens=False)
-    )
-    meta = {"fps": FPS, "total_num_frames": len(frames), "frames_indices": list(range(len(frames)))}
-    proc = lm.processor(
-        text=whole_text, videos=[list(frames)], video_metadata=[meta], do_sample_frames=False, return_tensors="pt"
-    )
+    question = lm.question_ids(QUESTION)[0]
+    proc = whole_video_inputs(lm, frames, QUESTION, FPS)
     assert proc["input_ids"].shape[-1] == hermes.memory.get_seq_length() + question.numel()
     with torch.inference_mode():
         out = lm.model(**proc)
@@ -169,7 +168,7 @@ def test_past_the_budget_bytes_are_flat_and_questions_leave_everything_bit_ident
     before = memory_state(session.memory)
     # Inside a question the states do change (the test below could fail) ...
     with session.memory.scratch():
-        session._read_question(QUESTION)
+        session.reader.read_question(QUESTION)
         moved = [t for layer in session.memory.state_layers for t in layer.states().values()]
         assert any(not torch.equal(a, b) for a, b in zip(before[2], moved, strict=True))
     # ... and after any reader (an answer, log-probabilities, generate, a guidance pass) they are back.
@@ -301,7 +300,7 @@ def test_hybrid_rows_join_only_an_empty_batch_with_equal_length_questions(qwen35
     while len(decoder):
         decoder.step()
     for session, question in zip(sessions, questions, strict=True):
-        batched, alone = session.answers[-1], session.ask(question, 3)
+        batched, alone = session.reader.answers[-1], session.ask(question, 3)
         assert (batched.text, batched.tokens) == (alone.text, alone.tokens)
 
 

@@ -129,7 +129,7 @@ def test_closing_a_tab_mid_stream_frees_its_memory_and_reader(llava_lm, clips):
         stream = registry.get("tab")
         stream.start_file(clips["short"], speed="1x")  # 8 s of video: still streaming below
         assert wait_for(lambda: stream.view().frames_seen > 0, 30)
-        reader, memory = stream._feed.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
+        reader, memory = stream.feed.source.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
         assert reader.is_alive() and registry.reserved_bytes() > 0 and stream.status().state == "streaming"
         assert registry.close("tab")
         assert not reader.is_alive() and stream.status().state == "closed"

@@ -12,7 +12,16 @@ import pytest
 
 from hermes.cli.main import main
 from hermes.video.clips import make_clip
-from tests.corpus import DAMAGED, DAMAGED_AFTER_S, REFUSED, STREAMED, Clip
+from tests.corpus import (
+    DAMAGED_AFTER_S,
+    DAMAGED_TO_THE_END,
+    REFUSED,
+    SCRAMBLED_LIGHT,
+    STREAMED,
+    Clip,
+    ffmpeg_frame_times,
+    skipped_notes,
+)
 
 SMALL = ["--chunk-frames", "4", "--fps", "1", "--budget", "300", "--max-new-tokens", "2", "--json"]
 
@@ -65,10 +74,11 @@ def test_files_without_a_readable_video_are_refused_with_the_reason(corpus, caps
     assert [json.loads(line)["event"] for line in out.out.splitlines()] == ["error"]
 
 
-def test_a_damaged_file_streams_to_its_last_good_frame_and_is_asked_about(corpus, capsys, llava_lm):
+def test_a_file_that_decodes_no_further_streams_to_its_last_good_frame_and_is_asked_about(corpus, capsys, llava_lm):
     # The question's time is past the damage: it is answered from what was read. (`llava_lm` has the
     # tiny model built already, so that stderr holds only what the command says.)
-    args = ["stream", str(corpus[DAMAGED.name]), "--model", "tiny", "--ask", "6:What is there?", *SMALL]
+    name = DAMAGED_TO_THE_END.name
+    args = ["stream", str(corpus[name]), "--model", "tiny", "--ask", "6:What is there?", *SMALL]
     assert main(args) == 2
     out = capsys.readouterr()
     events = [json.loads(line) for line in out.out.splitlines()]
@@ -77,11 +87,25 @@ def test_a_damaged_file_streams_to_its_last_good_frame_and_is_asked_about(corpus
     [answer] = [e for e in events if e["event"] == "answer"]
     assert answer["frames_seen"] == good and answer["frames_in_memory"] == good
     sentence = (
-        f"'{DAMAGED.name}' is damaged after 0:0{DAMAGED_AFTER_S}: the stream stopped at the last good frame, "
+        f"'{name}' is damaged after 0:0{DAMAGED_AFTER_S}: the stream stopped at the last good frame, "
         "and what was read stays in memory."
     )
     assert events[-1] == {"event": "error", "message": sentence}
     assert out.err == f"error: {sentence}\n"
+
+
+def test_4kb_of_damaged_bytes_skip_what_ffmpeg_skips_and_the_stream_goes_to_the_end(corpus, capsys, llava_lm):
+    # Every frame (4 fps): the frames streamed are those FFmpeg's own decoder decodes.
+    path = corpus[SCRAMBLED_LIGHT.name]
+    args = ["stream", str(path), "--model", "tiny", "--fps", "4", "--chunk-frames", "8", "--budget", "300", "--json"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    events = [json.loads(line) for line in out.out.splitlines()]
+    decoded = len(ffmpeg_frame_times(path))
+    assert [e for e in events if e["event"] == "chunk"][-1]["frames_seen"] == decoded < 32
+    skips = [e for e in events if e["event"] == "skipped"]
+    assert [e["note"] for e in skips] == skipped_notes(path, [i / 4 for i in range(32)])
+    assert sum(e["frames"] for e in skips) == 32 - decoded and out.err == ""
 
 
 def test_a_bad_file_is_one_error_line_on_stderr(tmp_path):

@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
+from hermes.engine.methods import PolicyError, make_policy, parse_policy, policy_names
 from hermes.memory.cache import ChunkMeta, HermesCache, rank_within_frame
 from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import POLICY_NAMES, PolicyError, make_policy, parse_policy
 from hermes.memory.rivals.dtd import DifferentialDrop
 from hermes.memory.rivals.infinipot import TarVan
 from hermes.memory.rivals.sink import SinkWindow
@@ -86,11 +86,12 @@ def test_bad_parameters_fail_clearly(params, words):
 
 
 def test_names_compose_and_parameters_reach_their_dataclass():
-    assert parse_policy("Hermes+DTD") == ("hermes", ("dtd",))
+    spec = parse_policy("Hermes+DTD")
+    assert spec == "hermes+dtd" and (spec.method.name, [f.name for f in spec.filters]) == ("hermes", ["dtd"])
     pol = make_policy("fifo+dtd", HermesConfig(budget=7), {"dtd.threshold": 0.9})
     assert pol.name == "fifo+dtd" and pol.input_filter == DifferentialDrop(0.9) and pol.capacity == 7
     assert make_policy("infinipot-v", HermesConfig(), {"infinipot-v.tar_ratio": "0.25"}).scorer == TarVan(0.25)
-    assert {"sink", "infinipot-v", "streammem", "hermes+dtd", "fifo+dtd"} <= set(POLICY_NAMES)
+    assert {"sink", "infinipot-v", "streammem", "hermes+dtd", "fifo+dtd"} <= set(policy_names())
     with pytest.raises(PolicyError, match="below the budget"):
         make_policy("sink", HermesConfig(budget=4))
 
@@ -108,6 +109,28 @@ def test_sink_keeps_the_first_video_tokens_of_the_stream_and_the_newest():
     # The sinks outlive later chunks too: they are the stream's first tokens, not the oldest held.
     scores = SinkWindow(2).score(LayerInputs(0, TIERS, 5, None, stream_ids=torch.tensor([0, 1, 9, 10, 11])))
     assert torch.topk(scores, 3).indices.sort().values.tolist() == [0, 1, 4]
+
+
+# -- SimpleStream -----------------------------------------------------------------------------------
+def test_simplestream_keeps_every_token_of_the_newest_frames_and_nothing_else():
+    # Frames of 3, 2, 3, 1 and 2 tokens (their sizes differ: a whole frame is kept however long).
+    frames = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 4])
+    g = torch.Generator().manual_seed(4)
+    keys, values = torch.randn(HEADS, 11, DIM, generator=g), torch.randn(HEADS, 11, DIM, generator=g)
+    cache, pol, _ = filled_cache("simplestream", keys, values, frames, budget=100)
+    assert pol.scorer.frames == 4  # SimpleStream's paper: the last 4 frames
+    compress(cache, pol)  # the budget (100) does not matter: the window is counted in frames
+    for layer in cache.layers:
+        assert layer.video_ids.tolist() == [3, 4, 5, 6, 7, 8, 9, 10]  # frames 1 to 4, whole
+        assert torch.equal(layer.keys[0, :, :8], keys[:, 3:]) and torch.equal(layer.values[0, :, :8], values[:, 3:])
+    two = make_policy("simplestream", HermesConfig(budget=100), {"simplestream.frames": "2"})
+    assert two.scorer.frames == 2 and two.selection.frames_kept == 2
+    cache, _, _ = filled_cache("simplestream", keys, values, frames, budget=100)
+    compress(cache, two)
+    assert all(layer.video_ids.tolist() == [8, 9, 10] for layer in cache.layers)  # frames 3 and 4
+    with pytest.raises(PolicyError, match="at least 1"):
+        make_policy("simplestream", HermesConfig(), {"simplestream.frames": 0})
+    assert make_policy("simplestream+dtd", HermesConfig()).input_filter == DifferentialDrop()
 
 
 # -- InfiniPot-V -----------------------------------------------------------------------------------
@@ -132,7 +155,8 @@ def _infinipot_case():
 
 def _expected_infinipot(keys, values, frames, patches, keep, tar_ratio=0.5, query_ratio=0.25):
     held = sorted(set(frames.tolist()))
-    ref_frames = held[-max(1, int(len(held) * query_ratio)) :]
+    per_frame = max(frames.tolist().count(f) for f in held)
+    ref_frames = held[-max(1, int(len(frames) // per_frame * query_ratio)) :]
     reference = [t for t in range(len(frames)) if int(frames[t]) in ref_frames]
     older = [t for t in range(len(frames)) if t not in reference]
     tar = {}
@@ -194,7 +218,79 @@ def test_infinipot_value_norm_is_the_mean_over_heads_of_each_heads_norm():
     assert float(scores[12:].min()) > float(scores[:12].max())  # the reference frame pinned above
 
 
+def _official_tar_val(keys, values, keep, per_frame, tar_ratio=0.5, query_ratio=0.25):
+    """InfiniPot-V's `process_kv_cache` (method "infinipot-v", formerly "tar_val") written out for
+    one layer: `keys`, `values` (kv heads, n, dim) are the video tokens in cache order; the newest
+    query frames' worth of tokens are the reference; the older tokens are cut into rows of
+    `per_frame` and compared position by position; top-`keep` per head. Returns per head the
+    indices kept."""
+    heads, n, dim = keys.shape
+    frames_held = n // per_frame
+    attn_budget = round((1 - tar_ratio) * keep)
+    tar_budget = keep - attn_budget
+    query_frames = int(frames_held * query_ratio)
+    query_length = query_frames * per_frame
+    unit = keys / (keys.norm(dim=-1, keepdim=True) + 1e-9)
+    query = unit[:, n - query_length :].reshape(heads, query_frames, per_frame, dim)
+    older = unit[:, : n - query_length].reshape(heads, -1, per_frame, dim)
+    score = -(query[:, :, None] * older[:, None]).sum(-1).mean(1).reshape(heads, -1)
+    kept = []
+    for h in range(heads):
+        tar = torch.cat([score[h].topk(tar_budget - query_length).indices, torch.arange(n - query_length, n)])
+        van = values[h].norm(dim=-1)
+        van[tar] = values.norm(dim=-1).max() + 1
+        kept.append(sorted(van.topk(keep).indices.tolist()))
+    return kept
+
+
+@pytest.mark.parametrize("rope, dtype", [("1d", torch.float32), ("1d", torch.bfloat16), ("mrope", torch.float32)])
+def test_infinipot_steady_state_keeps_what_the_official_code_keeps(rope, dtype):
+    """A cache past its first compressions: 12 old frames partly kept (2 of 4 patches each, laid out
+    so that a token's place in a row of 4 is its patch, where the official reshape and a per-patch
+    comparison agree) and a new 4-frame chunk. 40 tokens are 10 frames' worth, so the reference is
+    int(10 * 0.25) = 2 frames (a quarter of the 16 distinct frames would be 4, the whole TaR budget);
+    TaR: 12 - 8 = 4 picks. One KV head, so per layer is per head. With 1D RoPE the cache holds the
+    keys rotated to their positions and TaR compares them before RoPE (a 16-bit cache from its
+    origin keys); with M-RoPE as cached."""
+    per_frame, keep = 4, 24
+    old_frames = torch.arange(24) // 2
+    frames = torch.cat([old_frames, 12 + torch.arange(16) // 4])
+    patches = torch.arange(40) % 4
+    g = torch.Generator().manual_seed(11)
+    keys = torch.randn(1, 40, DIM, generator=g)
+    # Some patches barely change, so that redundancy ranks the older tokens by a wide margin.
+    keys[:, :32] += 2.0 * (patches[:32] < 2)[None, :, None] * keys[:, 32 + patches[:32]]
+    values = torch.randn(1, 40, DIM, generator=g).to(dtype).float()
+    positions = frames * per_frame + patches  # where the tokens were computed, gaps left by eviction
+    if rope == "1d":
+        spec = RopeSpec(1.0 / (10000 ** (torch.arange(0, DIM, 2).float() / DIM)))
+        cached = _rope_at(keys, positions, spec)
+        axes_positions = positions
+    else:
+        spec = RopeSpec(1.0 / (10000 ** (torch.arange(0, DIM, 2).float() / DIM)), (2, 1, 1))
+        cached = keys
+        axes_positions = torch.stack([frames, patches // 2, patches % 2])
+    config = HermesConfig(budget=keep)
+    pol = make_policy("infinipot-v", config)
+    cache = HermesCache(LAYERS, spec, config, pol.capacity)
+    for start, end in ((0, 24), (24, 40)):
+        for layer in range(LAYERS):
+            cache.update(cached[None, :, start:end].to(dtype), values[None, :, start:end].to(dtype), layer)
+        cache.commit(ChunkMeta(frames[start:end], axes_positions[..., start:end], patches[start:end]))
+    compress(cache, pol)
+    [expected] = _official_tar_val(keys, values, keep, per_frame)
+    for layer in cache.layers:
+        assert layer.video_ids.tolist() == expected
+    assert set(range(32, 40)) <= set(expected)  # the reference: frames 14 and 15
+    assert len(set(expected) & set(range(32))) == 16  # the 4 TaR picks and 12 by value norm
+
+
 # -- StreamMem -----------------------------------------------------------------------------------
+def _rope_at(keys: torch.Tensor, positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor:
+    """Each key (..., n, dim) turned by RoPE to its own position (n,), written out."""
+    return torch.stack([_rope(keys[..., t, :], int(p), spec) for t, p in enumerate(positions)], dim=-2)
+
+
 def _rope(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
     """RoPE by `delta` positions, written out: pairs (x_i, x_{i+d/2}) turned by delta * theta_i."""
     half = keys.shape[-1] // 2
@@ -255,7 +351,7 @@ def test_dtd_drops_patches_that_match_the_previous_frame():
     frames = torch.tensor([0] * 4 + [1] * 4 + [2] * 4 + [2])
     visual = torch.tensor([True] * 12 + [False])
     patches = rank_within_frame(frames)
-    keep, last = DifferentialDrop(0.5).keep(features, frames, patches, visual)
+    keep, last = DifferentialDrop(0.5).select(features, frames, patches, visual)
     # By hand: frame 0 kept whole; frame 1 keeps patch 3 only; frame 2 keeps patch 0 only; text kept.
     assert (~keep).nonzero().squeeze(1).tolist() == [4, 5, 6, 9, 10, 11]
     # Independent: cosine against the same patch of the previous frame as encoded (not as kept).
@@ -263,7 +359,7 @@ def test_dtd_drops_patches_that_match_the_previous_frame():
         cos = torch.nn.functional.cosine_similarity(features[t], features[t - 4], dim=0)
         assert bool(keep[t]) == (float(cos) <= 0.5)
     # The next chunk compares its first frame with this chunk's last one.
-    keep2, _ = DifferentialDrop(0.5).keep(
+    keep2, _ = DifferentialDrop(0.5).select(
         f2.clone(), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4, dtype=torch.bool), last
     )
     assert not keep2.any()

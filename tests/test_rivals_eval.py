@@ -65,10 +65,11 @@ def test_eval_cli_prints_one_table_with_a_column_per_policy(eval_videos: Path, t
     out = tmp_path / "r.jsonl"
     argv = ["eval", "--bench", "videomme", "--annotations", str(ann), "--videos", str(eval_videos), "--out", str(out)]
     argv += ["--model", "tiny", "--fps", "1", "--budget", "300", "--chunk-frames", "4", "--no-progress"]
-    assert main([*argv, "--policies", "hermes,fifo+dtd,sink", "--max-new-tokens", "1"]) == 0
+    chosen = ["--policies", "hermes,fifo+dtd,sink,simplestream", "--param", "simplestream.frames=2"]
+    assert main([*argv, *chosen, "--max-new-tokens", "1"]) == 0
     table = capsys.readouterr().out
-    assert "| task | hermes | fifo+dtd | sink |" in table and "**overall**" in table
-    for p in ("hermes", "fifo+dtd", "sink"):
+    assert "| task | hermes | fifo+dtd | sink | simplestream |" in table and "**overall**" in table
+    for p in ("hermes", "fifo+dtd", "sink", "simplestream"):
         assert policy_out(out, p).exists()
     assert main([*argv, "--policies", "hermes,lru"]) == 2
     assert "unknown policy 'lru'" in capsys.readouterr().err
@@ -88,7 +89,7 @@ def test_stream_and_bench_refuse_bad_policies_before_anything_starts(bad, capsys
 
 
 def test_stream_settings_take_every_policy_and_two_or_three_compared():
-    from hermes.memory.policies import PolicyError
+    from hermes.engine.methods import PolicyError
     from hermes.serving import StreamSettings
 
     assert StreamSettings(compare=True).policies == ("hermes", "fifo")  # the default pair
@@ -179,3 +180,45 @@ def test_bench_holds_the_rivals_to_their_targets():
         (dropped,) = [h for name, h in lines.items() if name.startswith("hermes+dtd tokens dropped")]
         assert dropped["value"] == pytest.approx(0.75)
         assert dropped["met"] is (True if static else None)  # random frames are shown, not held to it
+
+
+def test_simplestream_in_the_bench_admission_and_the_app(worker, llava_lm, clips):
+    """SimpleStream beside HERMES through the bench (its bytes flat past its frames, whatever the
+    budget), admission control (its bytes bounded by its frames' blocks) and a live compare stream."""
+    import dataclasses
+
+    from hermes.bench.run import BenchSettings, run_bench
+    from hermes.serving import StreamSettings
+    from hermes.serving.admission import cache_bytes_for
+    from hermes.serving.live import LiveStream
+    from tests.helpers import streamed
+
+    config = HermesConfig(budget=2000, chunk_frames=2)
+    settings = BenchSettings(
+        policies=("hermes", "simplestream"), frames=(6, 10), config=config, repeats=1, max_new_tokens=1, frame_size=64
+    )
+    result = run_bench(llava_lm, settings, progress=False)
+    six, ten = result.point("simplestream", 6), result.point("simplestream", 10)
+    assert six.status == ten.status == "ok" and six.cache_bytes == ten.cache_bytes
+    assert ten.cache_bytes < result.point("hermes", 10).cache_bytes  # 4 frames, where hermes keeps 2,000 tokens
+    # Admission counts 4 frame blocks of the largest frames the decoder hands over: an upper bound.
+    live = StreamSettings(policy="simplestream", budget=2000, chunk_frames=2, fps=1.0)
+    assert (
+        ten.cache_bytes
+        <= cache_bytes_for(llava_lm, live)
+        == cache_bytes_for(llava_lm, dataclasses.replace(live, budget=200))
+    )
+    # The app: compare mode, one memory each; the clip is 8 s at 1 fps, so SimpleStream holds frames 4 to 7.
+    stream = LiveStream(worker, llava_lm, StreamSettings(budget=400, chunk_frames=2, fps=1.0), key="ss")
+    try:
+        compared = StreamSettings(budget=400, chunk_frames=2, fps=1.0, compare=True)
+        streamed(
+            stream, clips["short"], settings=dataclasses.replace(compared, compare_policies=("hermes", "simplestream"))
+        )
+        view = stream.view()
+        assert set(view.snapshots) == {"hermes", "simplestream"}
+        assert {int(f) for layer in view.snapshots["simplestream"].layers for f in layer.frames} == {4, 5, 6, 7}
+        done = [e for e in stream.ask("What happened?", max_new_tokens=3).events() if e.done]
+        assert sorted(e.policy for e in done) == ["hermes", "simplestream"] and all(e.error is None for e in done)
+    finally:
+        stream.close()

@@ -31,7 +31,7 @@ import pytest
 from hermes.engine.metrics import process_rss
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
-from hermes.serving import chat, view, watching
+from hermes.serving import chat, view
 from hermes.serving.live import MAX_CHUNK_BACKLOG, LiveStream
 from hermes.serving.settings import StreamSettings
 from hermes.serving.worker import Priority
@@ -66,7 +66,6 @@ def bounded_histories_fill_in_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> No
         (view, "WATCH_LIMIT", 4),
         (view, "ANSWER_LIMIT", 1),
         (view, "ALERT_LIMIT", 2),
-        (watching, "ALERT_LIMIT", 2),
         (chat, "MAX_MESSAGES", 4),
         (chat, "MAX_MEDIA", 1),
     ]:

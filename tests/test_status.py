@@ -7,10 +7,12 @@ import time
 
 import pytest
 
+from hermes.engine.methods import parse_policy
 from hermes.serving import LiveView, StreamSettings, StreamStatus
 from hermes.serving.sources import FileSource, PlayClock
 from hermes.serving.view import ChunkRecord
 from hermes.video.decoding import VideoFile
+from tests.helpers import chunk_report
 from ui.callbacks import behind_text
 
 
@@ -18,11 +20,14 @@ def _view(frames_per_chunk: int, ms_per_chunk: float, chunks: int, fps: float = 
     history = tuple(
         ChunkRecord(
             wall_s=float(i),
-            frames_seen=(i + 1) * frames_per_chunk,
-            stream_time_s=(i + 1) * frames_per_chunk / fps,
-            cache_bytes={"hermes": 0},
-            prefill_ms={"hermes": ms_per_chunk * 0.9},
-            compress_ms={"hermes": ms_per_chunk * 0.1},
+            reports={
+                parse_policy("hermes"): chunk_report(
+                    (i + 1) * frames_per_chunk,
+                    (i + 1) * frames_per_chunk / fps,
+                    prefill_ms=ms_per_chunk * 0.9,
+                    compress_ms=ms_per_chunk * 0.1,
+                )
+            },
             rss_bytes=0,
             gpu_allocated_bytes=None,
         )

@@ -108,7 +108,7 @@ def test_checks_read_the_memory_and_leave_it_bit_identical(lm):
         assert_same_memory(memory_state(plain.memory), watched.memory, storage=False)
     assert watched.memory.tokens_seen > 150  # the budget was passed: compression ran with watches on
     # Alerts are not turns of the conversation: the guidance prompt never saw them.
-    assert watched.answers == [] and watched.last_turn is None
+    assert watched.reader.answers == [] and watched.reader.last_turn is None
 
 
 def test_standing_questions_outlive_a_reset_and_rearm(llava_lm):

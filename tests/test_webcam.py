@@ -12,25 +12,11 @@ import re
 import pytest
 
 from hermes.serving import StreamSettings
+from tests.browsers import TIMEOUT_MS, open_page
 from tests.helpers import wait_for
 from tests.test_app import serve
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, _open
-
-CAMERA_ARGS = [*CHROMIUM_ARGS, "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def camera_browser():
-    if not CHROMIUM.exists():
-        pytest.fail("Chromium is missing: install it with `apt-get install -y chromium` (.ci/run does this).")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CAMERA_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +36,7 @@ def _seen(page) -> int:
 
 def test_the_webcam_streams_into_the_memory_and_stops_with_the_recording(camera_browser, app, tmp_path):
     address, registry = app
-    page, errors = _open(camera_browser, address, viewport={"width": 1400, "height": 1200})
+    page, errors = open_page(camera_browser, address, viewport={"width": 1400, "height": 1200})
     # Before recording: a standing question, and Compare (applied when the webcam stream starts).
     page.fill("#watch-question textarea", "Is anything moving?")
     page.click("#watch")

@@ -8,7 +8,8 @@ never run the model and return quickly; the timer tick redraws only what changed
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import gradio as gr
@@ -26,6 +27,7 @@ from hermes.serving import (
     StreamStatus,
     VideoError,
     WatchError,
+    keep_up_hint,
 )
 from ui import figures
 
@@ -38,30 +40,31 @@ DEFAULT_SAMPLE = next(iter(SAMPLES))
 FRAME_LABEL = "What the model just consumed"
 
 
-def settings_from(
-    policy: str,
-    budget: float,
-    chunk_frames: float,
-    fps: float,
-    reindex: str,
-    compare: bool,
-    compare_policies: list[str] | None,
-    watch_threshold: float,
-):
-    """StreamSettings from the settings controls; gr.Error with the reason if they are invalid."""
+def settings_from(controls: Mapping[str, object]) -> StreamSettings:
+    """StreamSettings from the Settings controls' values, named as its fields; gr.Error with the
+    reason if they are invalid."""
     try:
-        return StreamSettings(
-            policy=policy,
-            budget=int(budget),
-            chunk_frames=int(chunk_frames),
-            fps=float(fps),
-            reindex=reindex,
-            compare=bool(compare),
-            compare_policies=tuple(compare_policies or ()),
-            watch_threshold=float(watch_threshold),
-        )
+        return StreamSettings.from_controls(**controls)
     except (TypeError, ValueError) as exc:
         raise gr.Error(f"Invalid settings: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class LiveOutputs:
+    """What the timer redraws, by name: each field is a component of the page (ui/layout.py places
+    them), and `Callbacks.tick` returns the new value of those that changed."""
+
+    frame: gr.Image
+    status: gr.Markdown
+    retained: gr.Plot
+    attention: gr.Plot
+    performance: gr.Plot
+    metrics: gr.JSON
+    chat: gr.Chatbot
+    watch_plot: gr.Plot
+
+    def components(self) -> list:
+        return [getattr(self, f.name) for f in fields(self)]
 
 
 def printable(text: str) -> str:
@@ -71,17 +74,18 @@ def printable(text: str) -> str:
 
 def answer_message(event: AnswerEvent, compare: bool) -> dict:
     """The chat message of one policy's answer so far; the finished one carries its timings."""
-    label = f"**{figures.LABELS.get(event.policy, event.policy)}** · " if compare else ""
-    text = printable(event.text) or "…"
+    label = f"**{event.policy.label}** · " if compare else ""
+    update = event.update
+    text = printable(update.text) or "…"
     if event.interrupted:
         text += "\n\n*(interrupted: the stream was reset)*"
     elif event.done:
-        ttft = f"{event.ttft_ms:.0f} ms" if event.ttft_ms is not None else "n/a"
-        if event.retrieval_ms is not None:  # rekv: the part of TTFT spent bringing frames back
-            ttft += f" (retrieval {event.retrieval_ms:.0f} ms)"
+        ttft = f"{update.ttft_ms:.0f} ms" if update.ttft_ms is not None else "n/a"
+        if update.retrieval_ms is not None:  # a question-time step's part of TTFT (rekv's retrieval)
+            ttft += f" (retrieval {update.retrieval_ms:.0f} ms)"
         text += (
             f"\n\n*TTFT {ttft} · waited {event.wait_ms:.0f} ms for the chunk in flight · "
-            f"{event.frames_in_memory} of {event.frames_seen} frames in memory*"
+            f"{update.frames_in_memory} of {update.frames_seen} frames in memory*"
         )
     return {"role": "assistant", "content": label + text}
 
@@ -89,10 +93,11 @@ def answer_message(event: AnswerEvent, compare: bool) -> dict:
 def alert_message(alert: Alert, compare: bool) -> dict:
     """The chat message of a standing question that fired: marked as an alert, with the stream
     time, p(yes), the short answer and the frame the memory had just seen."""
-    label = f" · {figures.LABELS.get(alert.policy, alert.policy)}" if compare else ""
+    label = f" · {alert.policy.label}" if compare else ""
+    check, answer = alert.check, alert.answer
     text = (
-        f"🔔 **Alert**{label} · {alert.at_s:.0f} s (frame {alert.frames_seen - 1}) · p(yes) {alert.p_yes:.2f}\n\n"
-        f"*{alert.question}* {printable(alert.text) or '…'}"
+        f"🔔 **Alert**{label} · {check.at_s:.0f} s (frame {answer.frames_seen - 1}) · p(yes) {check.p_yes:.2f}\n\n"
+        f"*{check.question}* {printable(answer.text) or '…'}"
     )
     frame = gr.Image(value=alert.frame, format="jpeg", show_label=False, height=160, buttons=[])
     return {"role": "assistant", "content": [text, frame]}
@@ -103,17 +108,26 @@ def watch_choices(watching: list[str], selected: str | None) -> gr.Dropdown:
     return gr.Dropdown(choices=watching, value=selected if selected in watching else None)
 
 
+def frame_image(view: LiveView) -> gr.Image:
+    """The frame the model consumed last, labelled with its number and time; none after a reset."""
+    if view.frame_image is None:
+        return gr.Image(value=None, label=FRAME_LABEL)
+    label = f"{FRAME_LABEL}: frame {view.frames_seen - 1} ({view.stream_time_s:.0f} s)"
+    return gr.Image(value=view.frame_image, label=label)
+
+
 def error_message(text: str) -> dict:
     return {"role": "assistant", "content": f"⚠️ {text}"}
 
 
 # Behind by more than this, the status line says that the model cannot keep up with the video.
 BEHIND_NOTICE_S = 3.0
+KEEP_UP = "a smaller model, a GPU or fewer frames per second would keep up"
 
 
-def behind_text(status: StreamStatus, view: LiveView) -> str | None:
+def behind_text(status: StreamStatus, view: LiveView, keep_up: str = KEEP_UP) -> str | None:
     """Why the model's picture lags the video, on a slow machine: "the model reads 0.8 frames/s;
-    the stream is 12 s behind". None while it keeps up."""
+    the stream is 12 s behind", and what would keep up (`keep_up`). None while it keeps up."""
     if status.position_s is None:
         return None
     behind = status.position_s - view.stream_time_s
@@ -122,7 +136,7 @@ def behind_text(status: StreamStatus, view: LiveView) -> str | None:
         return None
     return (
         f"The model reads {fps:.1f} frames/s, slower than the video's {view.settings.fps:g}; "
-        f"the stream is {behind:.0f} s behind (a smaller model, a GPU or fewer frames per second would keep up)."
+        f"the stream is {behind:.0f} s behind ({keep_up})."
     )
 
 
@@ -140,11 +154,14 @@ def status_text(stream: LiveStream) -> str:
     if status.dropped_frames:
         parts.append(f"{status.dropped_frames} webcam frames dropped (model busy)")
     for policy, kept in view.frames_in_memory.items():
-        name = figures.LABELS.get(policy, policy)
-        parts.append(f"{name}: {kept} frames in memory, {view.snapshots[policy].cache_bytes / figures.MB:.1f} MB")
+        parts.append(
+            f"{policy.label}: {kept} frames in memory, {view.snapshots[policy].cache_bytes / figures.MB:.1f} MB"
+        )
     text = head + "  \n" + " · ".join(parts)
-    if (lag := behind_text(status, view)) is not None:
+    if (lag := behind_text(status, view, keep_up_hint(stream.lm.source, stream.lm.device.type))) is not None:
         text += f"  \n🐢 {lag}"
+    if status.skipped:
+        text += f"  \n⚠️ {status.skipped}"
     if status.error:
         text += f"  \n⚠️ {status.error}"
     if status.note:
@@ -157,11 +174,14 @@ class Callbacks:
 
     def __init__(self, registry: StreamRegistry) -> None:
         self.registry = registry
+        self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
         self.gpu = registry.lm.device.type == "cuda"
         # Per stream: the view version and status text last sent by the timer (gone with the stream).
         self._sent: weakref.WeakKeyDictionary[LiveStream, tuple[int, str]] = weakref.WeakKeyDictionary()
         # The chat version each stream's page was last sent by the timer (see `tick`).
         self._sent_chat: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
+        # The number of the next alert each stream's chat has yet to show.
+        self._alerts_shown: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
 
     def _stream(self, request: gr.Request) -> LiveStream:
         stream = self.registry.get(request.session_hash or "anonymous")
@@ -169,45 +189,20 @@ class Callbacks:
         return stream
 
     # -- sources and controls ---------------------------------------------------------------
-    def start_sample(
-        self,
-        sample: str,
-        speed: str,
-        policy: str,
-        budget: float,
-        chunk_frames: float,
-        fps: float,
-        reindex: str,
-        compare: bool,
-        compare_policies: list[str] | None,
-        watch_threshold: float,
-        request: gr.Request,
-    ) -> tuple[str, list, str]:
-        """Stream a bundled sample clip into fresh memories; returns the status line."""
+    def start_sample(self, sample: str, speed: str, request: gr.Request, **settings: object) -> tuple[str, list, str]:
+        """Stream a bundled sample clip into fresh memories with the Settings controls' `settings`;
+        returns the status line."""
         if sample not in SAMPLES:
             raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(SAMPLES)}")
-        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold)
-        return self._start(SAMPLES[sample], speed, settings, request)
+        return self._start(SAMPLES[sample], speed, settings_from(settings), request)
 
     def start_file(
-        self,
-        video: str | None,
-        speed: str,
-        policy: str,
-        budget: float,
-        chunk_frames: float,
-        fps: float,
-        reindex: str,
-        compare: bool,
-        compare_policies: list[str] | None,
-        watch_threshold: float,
-        request: gr.Request,
+        self, video: str | None, speed: str, request: gr.Request, **settings: object
     ) -> tuple[str, list, str]:
-        """Stream an uploaded video file into fresh memories; returns the status line."""
+        """Stream an uploaded video file into fresh memories with `settings`; returns the status line."""
         if not video:
             raise gr.Error("Upload a video file first (mp4, webm, avi, mov ...).")
-        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold)
-        return self._start(Path(video), speed, settings, request)
+        return self._start(Path(video), speed, settings_from(settings), request)
 
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
         stream = self._stream(request)
@@ -217,33 +212,18 @@ class Callbacks:
             raise gr.Error(str(exc)) from exc
         return status_text(stream), [], "Pause"
 
-    def webcam_frame(
-        self,
-        frame,
-        policy: str,
-        budget: float,
-        chunk_frames: float,
-        fps: float,
-        reindex: str,
-        compare: bool,
-        compare_policies: list[str] | None,
-        watch_threshold: float,
-        request: gr.Request,
-    ) -> None:
-        """Feed one webcam frame (the first one starts a webcam stream)."""
+    def webcam_frame(self, frame, request: gr.Request, **settings: object) -> None:
+        """Feed one webcam frame (the first one starts a webcam stream with `settings`)."""
         if frame is None:
             return
         stream = self._stream(request)
         try:
-            settings = settings_from(
-                policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold
-            )
-            stream.push_frame(frame, settings)
+            stream.push_frame(frame, settings_from(settings))
         except (Busy, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
 
     def set_speed(self, speed: str, request: gr.Request) -> None:
-        self._stream(request).set_speed(speed)
+        self._stream(request).feed.set_speed(speed)
 
     def pause(self, request: gr.Request) -> tuple[str, str]:
         """Pause a running stream, or resume a paused one; returns the status and the button label."""
@@ -261,22 +241,10 @@ class Callbacks:
         stream.stop()
         return status_text(stream)
 
-    def reset(
-        self,
-        policy: str,
-        budget: float,
-        chunk_frames: float,
-        fps: float,
-        reindex: str,
-        compare: bool,
-        compare_policies: list[str] | None,
-        watch_threshold: float,
-        request: gr.Request,
-    ) -> tuple[str, list, str]:
-        """Stop, clear the chat and the memories, and apply the settings."""
-        settings = settings_from(policy, budget, chunk_frames, fps, reindex, compare, compare_policies, watch_threshold)
+    def reset(self, request: gr.Request, **settings: object) -> tuple[str, list, str]:
+        """Stop, clear the chat and the memories, and apply `settings`."""
         stream = self._stream(request)
-        stream.reset(settings)
+        stream.reset(settings_from(settings))
         return status_text(stream), [], "Pause"
 
     # -- chat -------------------------------------------------------------------------------------
@@ -335,48 +303,47 @@ class Callbacks:
         """The stream's numbers: frames, cache bytes per policy, memory, and recent answers' timings."""
         return self._stream(request).metrics()
 
-    def tick(self, request: gr.Request) -> tuple:
-        """Timer: redraw what changed (frame, status, the four plots, metrics) and show new alerts in
-        the chat; skip the rest."""
+    def tick(self, request: gr.Request) -> dict:
+        """Timer: redraw what changed (frame, status, the plots, metrics) and show new alerts in the
+        chat; the parts of `live` that did not change are left out (Gradio keeps them)."""
         stream = self.registry.get(request.session_hash or "anonymous", create=False)
         if stream is None:
-            return (gr.skip(),) * 8
+            return gr.skip()
         for notice in stream.pop_notices():
             gr.Warning(notice)
-        view = stream.view()
-        alerts = stream.watchlist.pop_alerts()
-        compare = len(view.settings.policies) > 1
-        for alert in alerts:
-            stream.chat.add(alert_message(alert, compare))
+        view, live = stream.view(), self.live
+        self._show_alerts(stream, view)
+        changed = {}
         # The chat goes out whenever it changed since the timer last sent it, answers included:
         # an answer's last update and a timer's older copy of the chat are two events, and when
         # the older copy reaches the page last, the next tick puts the answer back whole.
-        changed = stream.chat.version != self._sent_chat.get(stream)
-        self._sent_chat[stream] = stream.chat.version
-        chat = stream.chat.messages() if changed else gr.skip()
+        if stream.chat.version != self._sent_chat.get(stream):
+            self._sent_chat[stream] = stream.chat.version
+            changed[live.chat] = stream.chat.messages()
         status = status_text(stream)
         version, sent_status = self._sent.get(stream, (-1, ""))
         self._sent[stream] = (view.version, status)
-        status_out = status if status != sent_status else gr.skip()
-        if view.version == version:
-            return (gr.skip(), status_out, gr.skip(), gr.skip(), gr.skip(), gr.skip(), chat, gr.skip())
-        # After a reset: no frame, and the label without the last stream's frame number.
-        frame = gr.Image(value=None, label=FRAME_LABEL)
-        if view.frame_image is not None:
-            frame = gr.Image(
-                value=view.frame_image,
-                label=f"{FRAME_LABEL}: frame {view.frames_seen - 1} ({view.stream_time_s:.0f} s)",
-            )
-        return (
-            frame,
-            status_out,
-            figures.retained_map_figure(view),
-            figures.attention_figure(view),
-            figures.performance_figure(view, self.gpu),
-            stream.metrics(),
-            chat,
-            figures.watch_figure(view),
-        )
+        if status != sent_status:
+            changed[live.status] = status
+        if view.version != version:
+            changed |= {
+                live.frame: frame_image(view),
+                live.retained: figures.retained_map_figure(view),
+                live.attention: figures.attention_figure(view),
+                live.performance: figures.performance_figure(view, self.gpu),
+                live.metrics: stream.metrics(),
+                live.watch_plot: figures.watch_figure(view),
+            }
+        return changed or gr.skip()
+
+    def _show_alerts(self, stream: LiveStream, view: LiveView) -> None:
+        """Add the alerts the page has not shown yet to the chat."""
+        compare = len(view.settings.policies) > 1
+        shown = self._alerts_shown.get(stream, 0)
+        for alert in view.alerts:
+            if alert.number >= shown:
+                stream.chat.add(alert_message(alert, compare))
+        self._alerts_shown[stream] = view.alert_count
 
     def unload(self, request: gr.Request) -> None:
         """The tab closed: free its stream (memories, queued jobs, reader thread)."""

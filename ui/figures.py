@@ -12,15 +12,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hermes.serving import (
-    POLICIES,
+    ATTENTION,
+    BUDGET,
+    HOST,
     AttentionLayers,
     ChunkRecord,
     FrameTokens,
     LayerSnapshot,
     LiveView,
     MemorySnapshot,
+    PolicySpec,
     Tier,
-    WatchPoint,
+    WatchCheck,
 )
 
 MAX_FRAME_COLUMNS = 64
@@ -28,27 +31,6 @@ MAX_SLOT_POINTS = 160
 MAX_HISTORY_POINTS = 300
 MB = 1024 * 1024
 
-_METHOD_LABELS = {
-    "hermes": "HERMES",
-    "fifo": "FIFO",
-    "full": "Full cache",
-    "sink": "Sink + window",
-    "infinipot-v": "InfiniPot-V",
-    "streammem": "StreamMem",
-    "rekv": "ReKV",
-}
-_METHOD_COLORS = {
-    "hermes": "#4f46e5",
-    "fifo": "#ea580c",
-    "full": "#0f766e",
-    "sink": "#a16207",
-    "infinipot-v": "#be185d",
-    "streammem": "#15803d",
-    "rekv": "#7c3aed",
-}
-# Every policy name the app offers: a method, or a method with +dtd (drawn in its method's colour).
-LABELS = {p: " + ".join(_METHOD_LABELS.get(part, part.upper()) for part in p.split("+")) for p in POLICIES}
-COLORS = {p: _METHOD_COLORS.get(p.split("+")[0], "#374151") for p in POLICIES}
 # One colour per standing question (at most four), in the order they were added.
 WATCH_COLORS = ("#db2777", "#0891b2", "#65a30d", "#9333ea")
 TIER_COLORS = {Tier.SENSORY: "#0ea5e9", Tier.WORKING: "#8b5cf6", Tier.LONG_TERM: "#be123c"}
@@ -128,60 +110,12 @@ def retained_map_figure(view: LiveView) -> go.Figure:
         cols=len(policies),
         shared_yaxes=True,
         horizontal_spacing=0.04,
-        subplot_titles=[f"{LABELS.get(p, p)} memory" for p in policies] if len(policies) > 1 else None,
+        subplot_titles=[f"{p.label} memory" for p in policies] if len(policies) > 1 else None,
     )
     for col, policy in enumerate(policies, start=1):
         snap = view.snapshots[policy]
-        shares, edges = retained_shares(snap, view.frame_tokens)
-        centers = (edges[:-1] + edges[1:] - 1) / 2.0
-        fig.add_trace(
-            go.Heatmap(
-                z=np.round(shares, 2).tolist(),
-                x=centers.tolist(),
-                y=list(range(len(snap.layers))),
-                zmin=0,
-                zmax=1,
-                colorscale=[[0, "#f8fafc"], [0.02, "#e0e7ff"], [0.5, "#818cf8"], [1, "#312e81"]],
-                colorbar={"title": {"text": "kept", "side": "right"}, "tickformat": ".0%", "len": 0.9, "x": 1.01},
-                showscale=col == len(policies),
-                customdata=[[name] * len(centers) for name in snap.layer_names()],
-                hovertemplate="layer %{customdata}<br>frames around %{x:.0f}<br>kept %{z:.0%}<extra></extra>",
-                xgap=1,
-                ygap=1,
-            ),
-            row=1,
-            col=col,
-        )
-        for tier, lo, hi in _tier_spans(snap.layers):
-            # A coloured band just left of the map (sized in pixels) marks each memory tier.
-            fig.add_shape(
-                type="rect",
-                xref=f"x{col if col > 1 else ''} domain",
-                yref=f"y{col if col > 1 else ''}",
-                xsizemode="pixel",
-                xanchor=0,
-                x0=-14,
-                x1=-4,
-                y0=lo - 0.5,
-                y1=hi + 0.5,
-                fillcolor=TIER_COLORS[tier],
-                line={"width": 0},
-            )
-            if lo > 0:
-                fig.add_hline(y=lo - 0.5, line={"color": "#111827", "width": 1, "dash": "dot"}, row=1, col=col)
-            if col == 1:
-                fig.add_annotation(
-                    text=tier.value,
-                    x=0,
-                    xref="x domain",
-                    xshift=-50,  # left of the band and of the layer numbers
-                    xanchor="right",
-                    y=(lo + hi) / 2,
-                    yref="y",
-                    showarrow=False,
-                    font={"color": TIER_COLORS[tier], "size": 11 if hi - lo >= 3 else 9},
-                    textangle=-90,
-                )
+        fig.add_trace(_retained_heatmap(snap, view, last=col == len(policies)), row=1, col=col)
+        _tier_bands(fig, snap, col)
         fig.update_xaxes(title_text="stream time (frame)", row=1, col=col, range=[-0.5, view.frames_seen - 0.5])
     first = next(iter(view.snapshots.values()))
     n_layers = len(first.layers)
@@ -211,6 +145,60 @@ def retained_map_figure(view: LiveView) -> go.Figure:
     return fig
 
 
+def _retained_heatmap(snap: MemorySnapshot, view: LiveView, last: bool) -> go.Heatmap:
+    """One memory's map; the colour scale is drawn beside the `last` one only."""
+    shares, edges = retained_shares(snap, view.frame_tokens)
+    centers = (edges[:-1] + edges[1:] - 1) / 2.0
+    return go.Heatmap(
+        z=np.round(shares, 2).tolist(),
+        x=centers.tolist(),
+        y=list(range(len(snap.layers))),
+        zmin=0,
+        zmax=1,
+        colorscale=[[0, "#f8fafc"], [0.02, "#e0e7ff"], [0.5, "#818cf8"], [1, "#312e81"]],
+        colorbar={"title": {"text": "kept", "side": "right"}, "tickformat": ".0%", "len": 0.9, "x": 1.01},
+        showscale=last,
+        customdata=[[name] * len(centers) for name in snap.layer_names()],
+        hovertemplate="layer %{customdata}<br>frames around %{x:.0f}<br>kept %{z:.0%}<extra></extra>",
+        xgap=1,
+        ygap=1,
+    )
+
+
+def _tier_bands(fig: go.Figure, snap: MemorySnapshot, col: int) -> None:
+    """A coloured band just left of map `col` (sized in pixels) for each memory tier, dotted lines
+    between the tiers, and the tiers' names left of the first map."""
+    for tier, lo, hi in _tier_spans(snap.layers):
+        fig.add_shape(
+            type="rect",
+            xref=f"x{col if col > 1 else ''} domain",
+            yref=f"y{col if col > 1 else ''}",
+            xsizemode="pixel",
+            xanchor=0,
+            x0=-14,
+            x1=-4,
+            y0=lo - 0.5,
+            y1=hi + 0.5,
+            fillcolor=TIER_COLORS[tier],
+            line={"width": 0},
+        )
+        if lo > 0:
+            fig.add_hline(y=lo - 0.5, line={"color": "#111827", "width": 1, "dash": "dot"}, row=1, col=col)
+        if col == 1:
+            fig.add_annotation(
+                text=tier.value,
+                x=0,
+                xref="x domain",
+                xshift=-50,  # left of the band and of the layer numbers
+                xanchor="right",
+                y=(lo + hi) / 2,
+                yref="y",
+                showarrow=False,
+                font={"color": TIER_COLORS[tier], "size": 11 if hi - lo >= 3 else 9},
+                textangle=-90,
+            )
+
+
 # -- attention profile -------------------------------------------------------------------------
 
 
@@ -235,11 +223,14 @@ def binned_profile(weights: np.ndarray, most: int = MAX_SLOT_POINTS) -> tuple[np
 
 
 def attention_figure(view: LiveView) -> go.Figure:
-    """Guidance attention over the cached slots, in stream order, for a shallow, middle and deep layer."""
-    snap = view.snapshots.get("hermes")
-    if snap is None:
-        return placeholder("The FIFO and full-cache policies run no guidance pass: no attention to show.", 330)
-    record = view.attention.get("hermes")  # per layer: (stream ids, weights) or None
+    """Guidance attention over the cached slots, in stream order, for a shallow, middle and deep layer
+    of the first policy that measures attention (HERMES's guidance prompt, StreamMem's template)."""
+    measuring = [p for p in view.snapshots if ATTENTION in p.plots]
+    if not measuring:
+        names = " and ".join(p.label for p in view.snapshots) or "These policies"
+        return placeholder(f"{names} measure no attention over the memory: no profile to show.", 330)
+    policy = next((p for p in measuring if p in view.attention), measuring[0])
+    snap, record = view.snapshots[policy], view.attention.get(policy)  # per layer: (stream ids, weights) or None
     layers = profile_layers(snap, record) if record is not None else []
     if not layers:
         return placeholder("The attention profile appears at the first compression (when the memory is full).", 330)
@@ -248,7 +239,11 @@ def attention_figure(view: LiveView) -> go.Figure:
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.1,
-        subplot_titles=[f"layer {snap.layer_names()[i]} · {snap.layers[i].tier.value}" for i in layers],
+        subplot_titles=[
+            f"{policy.label + ' · ' if len(view.snapshots) > 1 else ''}layer {snap.layer_names()[i]} · "
+            f"{snap.layers[i].tier.value}"
+            for i in layers
+        ],
     )
     for row, i in enumerate(layers, start=1):
         x, y = binned_profile(record[i][1].astype(float))
@@ -307,67 +302,14 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
             showarrow=False,
             font={"color": "#6b7280"},
         )
-    for policy in view.snapshots:
-        answers = [a for a in view.answers if a.policy == policy]
-        color = COLORS.get(policy, "#374151")
-        name = LABELS.get(policy, policy)
-        if answers:  # an empty line trace makes plotly.js draw NaN paths (console errors)
-            fig.add_trace(
-                go.Scatter(
-                    x=[a.frames_seen for a in answers],
-                    y=[round(a.ttft_ms or 0.0, 1) for a in answers],
-                    customdata=[[round(a.wait_ms, 1)] for a in answers],
-                    mode="lines+markers",
-                    marker={"size": 8, "color": color},
-                    line={"color": color, "width": 1},
-                    name=f"{name} TTFT",
-                    hovertemplate="%{x} frames seen<br>TTFT %{y:.0f} ms<br>"
-                    "waited %{customdata[0]:.0f} ms<extra></extra>",
-                ),
-                row=1,
-                col=1,
-            )
-        records = _thin(view.history)
-        fig.add_trace(
-            go.Scatter(
-                x=[r.frames_seen for r in records],
-                y=[round(r.cache_bytes.get(policy, 0) / MB, 3) for r in records],
-                mode="lines",
-                line={"color": color, "width": 2},
-                name=f"{name} cache",
-                hovertemplate="%{x} frames<br>cache %{y:.2f} MB<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
-        if any(policy in r.host_bytes for r in records):  # rekv: every frame in host memory, its own line
-            fig.add_trace(
-                go.Scatter(
-                    x=[r.frames_seen for r in records],
-                    y=[round(r.host_bytes.get(policy, 0) / MB, 3) for r in records],
-                    mode="lines",
-                    line={"color": color, "width": 2, "dash": "dash"},
-                    name=f"{name} host memory",
-                    hovertemplate="%{x} frames<br>host %{y:.2f} MB<extra></extra>",
-                ),
-                row=1,
-                col=2,
-            )
-    # A retrieval policy's (ReKV's) bound includes the room for the frames a question brings back,
-    # which the line would take for |M|: only the policies that keep a fixed cache draw it.
-    retrieving = set(view.history[-1].host_bytes) if view.history else set()  # every chunk reports it
-    budgets = [b for policy, b in view.budget_bytes.items() if policy != "full" and policy not in retrieving]
-    if budgets:  # HERMES and FIFO share |M|: one line, at the larger of their caches
-        fig.add_hline(
-            y=max(budgets) / MB,
-            line={"color": "#111827", "dash": "dash", "width": 1},
-            annotation_text="budget |M|",
-            annotation_position="bottom right",
-            annotation_font={"size": 10},
-            row=1,
-            col=2,
-        )
     records = _thin(view.history)
+    for policy in view.snapshots:
+        answers = [a for a in view.answers if a.policy == policy]  # finished ones: each has its update
+        if answers:  # an empty line trace makes plotly.js draw NaN paths (console errors)
+            fig.add_trace(_ttft_line(policy, answers), row=1, col=1)
+        for line in _memory_lines(policy, records):
+            fig.add_trace(line, row=1, col=2)
+    _budget_line(fig, view)
     fig.add_trace(
         go.Scatter(
             x=[r.frames_seen for r in records],
@@ -391,6 +333,56 @@ def performance_figure(view: LiveView, gpu: bool) -> go.Figure:
     return fig
 
 
+def _ttft_line(policy: PolicySpec, answers: list) -> go.Scatter:
+    """The TTFT of each of `policy`'s finished answers against the frames seen when it was asked."""
+    return go.Scatter(
+        x=[a.update.frames_seen for a in answers],
+        y=[round(a.update.ttft_ms or 0.0, 1) for a in answers],
+        customdata=[[round(a.wait_ms, 1)] for a in answers],
+        mode="lines+markers",
+        marker={"size": 8, "color": policy.colour},
+        line={"color": policy.colour, "width": 1},
+        name=f"{policy.label} TTFT",
+        hovertemplate="%{x} frames seen<br>TTFT %{y:.0f} ms<br>waited %{customdata[0]:.0f} ms<extra></extra>",
+    )
+
+
+def _memory_lines(policy: PolicySpec, records: list[ChunkRecord]) -> list[go.Scatter]:
+    """`policy`'s cache against the frames seen, and its host memory where it keeps one (rekv's
+    store of every frame) as a dashed line of its own."""
+    lines = [("cache_bytes", "cache", "solid")] + (
+        [("host_bytes", "host memory", "dash")] if HOST in policy.plots else []
+    )
+    return [
+        go.Scatter(
+            x=[r.frames_seen for r in records],
+            y=[round(r.per_policy(number).get(policy, 0) / MB, 3) for r in records],
+            mode="lines",
+            line={"color": policy.colour, "width": 2, "dash": dash},
+            name=f"{policy.label} {what}",
+            hovertemplate=f"%{{x}} frames<br>{what.split()[0]} %{{y:.2f}} MB<extra></extra>",
+        )
+        for number, what, dash in lines
+    ]
+
+
+def _budget_line(fig: go.Figure, view: LiveView) -> None:
+    """The budget |M| as a dashed line, at the larger of the caches held at it (HERMES keeps a
+    summary slot more than FIFO). Only the policies held at the budget draw it: a full cache has
+    none, and ReKV's bound includes the room for the frames a question brings back."""
+    budgets = [b for policy, b in view.budget_bytes.items() if BUDGET in policy.plots]
+    if budgets:
+        fig.add_hline(
+            y=max(budgets) / MB,
+            line={"color": "#111827", "dash": "dash", "width": 1},
+            annotation_text="budget |M|",
+            annotation_position="bottom right",
+            annotation_font={"size": 10},
+            row=1,
+            col=2,
+        )
+
+
 # -- standing questions ----------------------------------------------------------------------------
 
 
@@ -399,7 +391,7 @@ def short(text: str, most: int = 48) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
-def _thin_points(points: list[WatchPoint]) -> list[WatchPoint]:
+def _thin_points(points: list[WatchCheck]) -> list[WatchCheck]:
     step = max(1, -(-len(points) // MAX_HISTORY_POINTS))
     # Keep every firing: thinning must not hide the moments the plot is about.
     return [p for i, p in enumerate(points) if i % step == 0 or p.fired or i == len(points) - 1]
@@ -411,15 +403,17 @@ def watch_figure(view: LiveView) -> go.Figure:
     if not view.watch_history:
         return placeholder("Add a question under 'Watch for': its p(yes) after every chunk appears here.", 300)
     fig = go.Figure()
-    questions = list(dict.fromkeys(p.question for p in view.watch_history))
+    questions = list(dict.fromkeys(p.check.question for p in view.watch_history))
     policies = list(dict.fromkeys(p.policy for p in view.watch_history))
     for qi, question in enumerate(questions):
         color = WATCH_COLORS[qi % len(WATCH_COLORS)]
         for policy in policies:
-            points = _thin_points([p for p in view.watch_history if p.question == question and p.policy == policy])
+            points = _thin_points(
+                [p.check for p in view.watch_history if p.check.question == question and p.policy == policy]
+            )
             if not points:
                 continue
-            name = short(question) + (f" · {LABELS.get(policy, policy)}" if len(policies) > 1 else "")
+            name = short(question) + (f" · {policy.label}" if len(policies) > 1 else "")
             dash = "solid" if policy == policies[0] else "dash"
             fig.add_trace(
                 go.Scatter(

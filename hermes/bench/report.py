@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hermes.bench.run import OK, BenchResult, Point, spread
+from hermes.engine.methods import FULL, HERMES, as_spec
+from hermes.memory.config import HermesConfig
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ TARGETS: dict[str, Target] = {
     "full_over_hermes": Target(">=", 10.0, "at 512 frames"),
     "cache_constant": Target("identical"),
     "compress_over_prefill": Target("<=", 0.05),
+    "guidance_over_prefill": Target("<=", 0.05, "the paper's cheap compression, per compressing chunk"),
     # Frames per second of wall time that prefill plus compression keep up with, by device type.
     "ingest_cpu": Target(">=", 1.0, "the 0.5B shapes on a 2-core CPU, 16-frame chunks"),
     "ingest_cuda": Target(">=", 30.0, "the 7B shapes on one GPU, 16-frame chunks"),
@@ -46,8 +49,6 @@ TARGETS: dict[str, Target] = {
     "dtd_dropped": Target(">=", 0.5, "the share of tokens +dtd drops on a static clip"),
     "dtd_ingest": Target(">", 1.0, "ingest frames/s with +dtd over without"),
 }
-# Policies held to rival_ttft: those that answer from a device cache kept at the budget.
-BUDGETED_RIVALS = ("fifo", "sink", "infinipot-v", "streammem")
 # The frame count at which the full cache is held to its target.
 FULL_TARGET_FRAMES = 512
 
@@ -77,7 +78,7 @@ def _median(point: Point | None, key: str = "ttft_ms") -> float | None:
 
 
 def _ttft_ratio(result: BenchResult, hi: int, lo: int, target: str, past: str = "") -> Headline | None:
-    a, b = _median(result.point("hermes", hi)), _median(result.point("hermes", lo))
+    a, b = _median(result.point(HERMES, hi)), _median(result.point(HERMES, lo))
     if a is None or b is None:
         return None
     return Headline(
@@ -98,10 +99,10 @@ def headlines(result: BenchResult) -> list[Headline]:
         if len(past) > 1 and past[0] != lo
         else None,
     ]
-    reached = [f for f in frames if _median(result.point("full", f)) is not None]
+    reached = [f for f in frames if _median(result.point(FULL, f)) is not None]
     # The largest count full reached, and the target's count when that is a different one.
     for at in sorted({reached[-1], FULL_TARGET_FRAMES} & set(reached)) if reached else []:
-        full, hermes = _median(result.point("full", at)), _median(result.point("hermes", at))
+        full, hermes = _median(result.point(FULL, at)), _median(result.point(HERMES, at))
         if hermes is not None:
             largest = " (the largest count full reached)" if at == reached[-1] else ""
             text = f"{full:.2f} ms / {hermes:.2f} ms = {full / hermes:.1f}x"
@@ -114,25 +115,25 @@ def headlines(result: BenchResult) -> list[Headline]:
                     at == FULL_TARGET_FRAMES,
                 )
             )
-    sizes = {p.frames: p.cache_bytes for f in past if (p := result.point("hermes", f)) and p.cache_bytes is not None}
+    sizes = {p.frames: p.cache_bytes for f in past if (p := result.point(HERMES, f)) and p.cache_bytes is not None}
     if sizes:
         name = f"hermes cache bytes past the budget ({', '.join(map(str, sizes))} frames)"
         out.append(
             Headline(name, sorted(set(sizes.values())), ", ".join(f"{v:,}" for v in sizes.values()), "cache_constant")
         )
-    out += [_compression(result), _ingest(result), *_rivals(result)]
+    out += [_compression(result), _guidance(result), _ingest(result), *_rivals(result)]
     return [h for h in out if h is not None]
 
 
 def _rivals(result: BenchResult) -> list[Headline]:
-    """Each budgeted rival's TTFT over HERMES's at 512 frames; for each X+dtd, the share of tokens
-    dropped (held to its target on a static clip only) and its ingest frames/s over X's."""
+    """Each rival whose device cache stays a fixed size (the budget; simplestream's last frames): its
+    TTFT over HERMES's at 512 frames; for each X+dtd, the share of tokens dropped (held to its target
+    on a static clip only) and its ingest frames/s over X's."""
     out = []
-    hermes = _median(result.point("hermes", FULL_TARGET_FRAMES))
-    policies = list(dict.fromkeys(p.policy for p in result.points))
-    for policy in policies:
-        base = policy.split("+")[0]
-        if base in BUDGETED_RIVALS and hermes:
+    hermes = _median(result.point(HERMES, FULL_TARGET_FRAMES))
+    for policy in dict.fromkeys(as_spec(p.policy) for p in result.points):
+        base = policy.base
+        if policy.build(HermesConfig()).fixed_size and base != HERMES and hermes:
             ttft = _median(result.point(policy, FULL_TARGET_FRAMES))
             if ttft is not None:
                 name = f"{policy} TTFT / hermes TTFT at {FULL_TARGET_FRAMES} frames"
@@ -141,7 +142,7 @@ def _rivals(result: BenchResult) -> list[Headline]:
                         name, ttft / hermes, f"{ttft:.2f} ms / {hermes:.2f} ms = {ttft / hermes:.2f}x", "rival_ttft"
                     )
                 )
-        if policy.endswith("+dtd"):
+        if policy.filters:
             points = [p for p in result.points if p.policy == policy and p.status == OK]
             encoded = sum(sum(p.tokens) + sum(p.dropped) for p in points)
             if encoded:
@@ -168,7 +169,7 @@ def _compression(result: BenchResult) -> Headline | None:
     steady = [
         (c, p, g)
         for point in result.points
-        if point.policy == "hermes"
+        if point.policy == HERMES
         for c, p, g, e in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, point.evicted, strict=True)
         if e > 0
     ]
@@ -184,10 +185,87 @@ def _compression(result: BenchResult) -> Headline | None:
     )
 
 
+def _guidance(result: BenchResult) -> Headline | None:
+    """The guidance pass against the prefill, over the chunks that compressed."""
+    steady = [
+        (g, p)
+        for point in result.points
+        if point.policy == HERMES
+        for g, p, e in zip(point.guidance_ms, point.prefill_ms, point.evicted, strict=True)
+        if e > 0
+    ]
+    if not steady:
+        return None
+    guidance, prefill = (statistics.median(column) for column in zip(*steady, strict=True))
+    return Headline(
+        f"hermes guidance pass ms / prefill ms per chunk (median of {len(steady)} compressing chunks)",
+        guidance / prefill,
+        f"{guidance:.1f} ms / {prefill:.1f} ms = {guidance / prefill:.3f}",
+        "guidance_over_prefill",
+    )
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Where a hermes chunk's time goes (medians per chunk), and the share of the machine it uses."""
+
+    vision_ms: float
+    prefill_ms: float  # vision included
+    guidance_ms: float  # over the compressing chunks
+    compress_ms: float  # guidance included, over the compressing chunks
+    vision_gflops: float  # FLOP/s reached, in billions
+    lm_gflops: float
+    prefill_gflops: float
+    peak_gflops: float  # this machine's GEMM peak in the model's dtype
+    peak_dtype: str
+
+    @property
+    def peak_share(self) -> float:
+        return self.prefill_gflops / self.peak_gflops
+
+    def text(self) -> str:
+        lm_ms = self.prefill_ms - self.vision_ms
+        rest = self.compress_ms - self.guidance_ms
+        return (
+            f"vision encoder {self.vision_ms:.0f} ms, language model {lm_ms:.0f} ms "
+            f"(prefill {self.prefill_ms:.0f} ms); "
+            f"guidance pass {self.guidance_ms:.0f} ms, rest of the compression {rest:.0f} ms. Reached: vision "
+            f"{self.vision_gflops:.0f}, language model {self.lm_gflops:.0f}, prefill {self.prefill_gflops:.0f} "
+            f"GFLOP/s = {self.peak_share:.0%} of this machine's {self.peak_dtype} GEMM peak "
+            f"({self.peak_gflops:.0f} GFLOP/s)"
+        )
+
+
+def time_split(result: BenchResult) -> TimeSplit | None:
+    """The hermes chunks' time split and FLOP rates, when the run measured them."""
+    meta = result.meta
+    points = [p for p in result.points if p.policy == HERMES and p.status == OK and p.vision_ms]
+    flops, peaks = meta.get("chunk_flops"), meta.get("gemm_peak_gflops")
+    if not points or not flops or not peaks:
+        return None
+    chunks = [c for p in points for c in zip(p.vision_ms, p.prefill_ms, strict=True)]
+    vision, prefill = (statistics.median(column) for column in zip(*chunks, strict=True))
+    steady = [(g, c) for p in points for g, c, e in zip(p.guidance_ms, p.compress_ms, p.evicted, strict=True) if e]
+    guidance, compress = (statistics.median(column) for column in zip(*steady, strict=True)) if steady else (0, 0)
+    dtype = "bf16" if meta["dtype"] == "bfloat16" else "fp32"
+    lm_flops = flops["language_model"]
+    return TimeSplit(
+        vision,
+        prefill,
+        guidance,
+        compress,
+        flops["vision"] / vision / 1e6 if vision else 0.0,
+        lm_flops / (prefill - vision) / 1e6 if prefill > vision else 0.0,
+        (flops["vision"] + lm_flops) / prefill / 1e6,
+        peaks[dtype],
+        dtype,
+    )
+
+
 def _ingest(result: BenchResult) -> Headline | None:
     meta = result.meta
     target = f"ingest_{meta.get('device_type')}"
-    fps = _ingest_fps(result, "hermes")
+    fps = _ingest_fps(result, HERMES)
     if fps is None or target not in TARGETS:
         return None
     name = f"hermes ingest frames/s (prefill + compression, chunks of {meta['chunk_frames']} frames)"
@@ -255,6 +333,15 @@ def render_markdown(result: BenchResult) -> str:
         )
     lines += rivals_table(result)
     lines += retrieval_table(result)
+    split = time_split(result)
+    if split is not None:
+        peaks, flops = meta["gemm_peak_gflops"], meta["chunk_flops"]
+        lines += [
+            "",
+            f"Where a hermes chunk's time goes (medians per chunk): {split.text()}. GEMM peak measured now: "
+            f"bf16 {peaks['bf16']:.0f}, fp32 {peaks['fp32']:.0f} GFLOP/s; FLOPs per chunk: vision "
+            f"{flops['vision'] / 1e9:.0f} G, language model {flops['language_model'] / 1e9:.0f} G.",
+        ]
     lines += ["", "Headline ratios (this run; targets shown, not asserted):"]
     for h in headline(result):
         verdict = {True: "met", False: "missed", None: "not comparable"}[h["met"]]
@@ -265,20 +352,31 @@ def render_markdown(result: BenchResult) -> str:
 def render_comparison(results: list[BenchResult]) -> str:
     """Several models of one run side by side, as Markdown: ingest speed and what the memory holds."""
     lines = [
-        "| model | layers | tokens/frame | hermes ingest frames/s | hermes cache MiB (states) | kv bytes/token |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | layers | tokens/frame | hermes ingest frames/s | guidance / prefill | vision / prefill "
+        "| prefill share of the GEMM peak | hermes cache MiB (states) | kv bytes/token |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         meta = result.meta
-        ingest = _ingest(result)
-        hermes = [p for p in result.points if p.policy == "hermes" and p.cache_bytes is not None]
+        ingest, guidance, split = _ingest(result), _guidance(result), time_split(result)
+        hermes = [p for p in result.points if p.policy == HERMES and p.cache_bytes is not None]
         cache = _mib(hermes[-1].cache_bytes) if hermes else "-"
+        shares = ("-", "-")
+        if split is not None:
+            shares = (f"{split.vision_ms / split.prefill_ms:.0%}", f"{split.peak_share:.0%} of {split.peak_dtype}")
         lines.append(
-            f"| {meta['model']} | {_layers_label(meta)} | {meta['tokens_per_frame']:g} "
-            f"| {'-' if ingest is None else f'{ingest.value:.2f}'} | {cache} ({_mib(meta.get('state_bytes', 0))}) "
+            f"| {meta['model']} | {_layers_label(meta)} | {meta['tokens_per_frame']:g} | {_verdict(ingest, '.2f')} "
+            f"| {_verdict(guidance, '.1%')} | {shares[0]} | {shares[1]} | {cache} ({_mib(meta.get('state_bytes', 0))}) "
             f"| {meta['kv_bytes_per_token']:,} |"
         )
     return "\n".join(lines)
+
+
+def _verdict(headline: Headline | None, spec: str) -> str:
+    """A headline's value with met or missed, for a table cell."""
+    if headline is None:
+        return "-"
+    return f"{headline.value:{spec}} ({'met' if headline.met else 'missed'})"
 
 
 def write_html(result: BenchResult, path: str | Path) -> Path:
@@ -349,7 +447,7 @@ def rivals_table(result: BenchResult) -> list[str]:
     cache, ingest frames/s, compression per chunk and the tokens an input filter dropped. Empty
     unless the run has HERMES and another policy."""
     policies = list(dict.fromkeys(p.policy for p in result.points))
-    if "hermes" not in policies or len(policies) < 2:
+    if HERMES not in policies or len(policies) < 2:
         return []
     label = _memory_label(result.meta)
     lines = [
@@ -361,7 +459,7 @@ def rivals_table(result: BenchResult) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in result.points:
-        h = result.point("hermes", p.frames)
+        h = result.point(HERMES, p.frames)
         if p.status != OK:
             lines.append(f"| {p.policy} | {p.frames} | {p.status} | | | | | | | | | |")
             continue
@@ -386,7 +484,7 @@ def retrieval_table(result: BenchResult) -> list[str]:
     its retrieval part, the device cache at its peak (window plus frames brought back), host memory,
     and ratios. Empty unless the run has HERMES and a retrieval policy."""
     retrieving = list(dict.fromkeys(p.policy for p in result.points if p.host_bytes is not None))
-    if not retrieving or not any(p.policy == "hermes" for p in result.points):
+    if not retrieving or not any(p.policy == HERMES for p in result.points):
         return []
     lines = [
         "",
@@ -398,12 +496,12 @@ def retrieval_table(result: BenchResult) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in result.points:
-        if p.policy not in ("hermes", *retrieving):
+        if p.policy not in (HERMES, *retrieving):
             continue
         if p.status != OK:
             lines.append(f"| {p.policy} | {p.frames} | {p.status}: {p.note} | | | | | | |")
             continue
-        h = result.point("hermes", p.frames)
+        h = result.point(HERMES, p.frames)
         ok = h is not None and h.status == OK
         ttft, base, fetch = _median(p), _median(h) if ok else None, _median(p, "retrieval_ms")
         total = (p.device_bytes or 0) + (p.host_bytes or 0)

@@ -28,17 +28,18 @@ import numpy as np
 import psutil
 import torch
 
-from hermes.engine.chunk import Chunk
+from hermes.bench.peak import VisionTimer, chunk_flops, gemm_peaks
+from hermes.engine.chunk import Chunk, padded_frames
+from hermes.engine.methods import FULL, HERMES, PolicySpec, parse_policies, policy_names
 from hermes.engine.metrics import free_cached_memory, memory_reading
 from hermes.engine.session import ChunkReport, StreamBound, StreamingSession
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import POLICY_NAMES, check_policies, make_policy, params_for, parse_policy
 from hermes.models.base import VideoLM
 from hermes.models.loading import load_video_lm
 from hermes.serving.admission import host_memory_cap, memory_cap_for
 
 DEFAULT_BENCH_MODEL = "tiny"
-DEFAULT_POLICIES = ("hermes", "fifo", "full")
+DEFAULT_POLICIES = (HERMES, "fifo", FULL)
 DEFAULT_FRAMES = (16, 64, 256, 512, 1024)
 DEFAULT_REPEATS = 5  # x 3 questions: 15 samples per point, so that the median shrugs off a noisy neighbour
 DEFAULT_MAX_NEW_TOKENS = 16
@@ -62,16 +63,15 @@ def load_bench_model(
     dtype: str | torch.dtype | None = None,
     device_map: str | None = None,
 ) -> VideoLM:
-    """The random-weight architectures (`llava-ov-0.5b-random`, `llava-ov-7b-random`,
-    `qwen2.5-vl-7b-random`, `qwen3.5-0.8b-random`, `qwen3.5-9b-random`) from their configs, anything
-    else via load_video_lm (`tiny`, `tiny-qwen`, `tiny-qwen3`, `tiny-qwen35`, a checkpoint), in
-    `dtype`, on `device` or spread by `device_map`."""
-    from hermes.models.random7b import RANDOM_MODELS, load_random_7b
+    """A random-weight real architecture (`hermes.models.random7b.RANDOM_MODELS`) built from its
+    config, anything else (a tiny alias, a checkpoint) via load_video_lm; in `dtype`, on `device` or
+    spread by `device_map`."""
+    from hermes.models.random7b import RANDOM_MODELS, load_random_model
 
     if name in RANDOM_MODELS:
         if device_map is not None:
             raise ValueError(f"{name} is built on one device; --device-map applies to checkpoints")
-        return load_random_7b(name, device, allow_cpu=allow_cpu_7b, dtype=dtype)
+        return load_random_model(name, device, allow_cpu=allow_cpu_7b, dtype=dtype)
     return load_video_lm(name, device=device, dtype=dtype, device_map=device_map)
 
 
@@ -102,6 +102,7 @@ class Point:
     prefill_ms: list[float] = field(default_factory=list)  # chunks since the previous frame count
     compress_ms: list[float] = field(default_factory=list)
     guidance_ms: list[float] = field(default_factory=list)  # the guidance pass, part of compress_ms
+    vision_ms: list[float] = field(default_factory=list)  # the vision encoder, part of prefill_ms
     evicted: list[int] = field(default_factory=list)  # tokens evicted per chunk (0: nothing to compress)
     tokens: list[int] = field(default_factory=list)  # tokens prefilled per chunk
     dropped: list[int] = field(default_factory=list)  # tokens the input filter dropped per chunk
@@ -123,7 +124,7 @@ class Point:
     def summary(self) -> dict:
         """The stored numbers plus their median/min/max."""
         out = asdict(self)
-        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms", "guidance_ms", "retrieval_ms"):
+        for key in ("ttft_ms", "tpot_ms", "prefill_ms", "compress_ms", "guidance_ms", "vision_ms", "retrieval_ms"):
             out[f"{key}_stats"] = spread(getattr(self, key))
         out["ingest_fps"] = self.ingest_fps
         out["device_bytes"] = self.device_bytes
@@ -140,7 +141,7 @@ class Point:
 class BenchSettings:
     """Everything a run depends on besides the model."""
 
-    policies: tuple[str, ...] = DEFAULT_POLICIES
+    policies: tuple[str, ...] = DEFAULT_POLICIES  # parsed into `PolicySpec`s
     frames: tuple[int, ...] = DEFAULT_FRAMES
     config: HermesConfig = field(default_factory=HermesConfig)
     repeats: int = DEFAULT_REPEATS
@@ -155,8 +156,8 @@ class BenchSettings:
 
     def __post_init__(self) -> None:
         if not self.policies:
-            raise ValueError(f"--policies needs at least one of {', '.join(POLICY_NAMES)}")
-        self.policies = tuple(check_policies(self.policies, self.config, self.params))
+            raise ValueError(f"--policies needs at least one of {', '.join(policy_names())}")
+        self.policies = parse_policies(self.policies, self.config, self.params)
         if not self.frames or min(self.frames) < 1:
             raise ValueError("--frames needs positive frame counts, for example 16,64,256")
         self.frames = tuple(sorted(set(self.frames)))
@@ -236,71 +237,123 @@ def warm_up(lm: VideoLM, settings: BenchSettings) -> None:
     session.ask(settings.questions[0], max_new_tokens=2)
 
 
+class PolicyRun:
+    """One policy's stream through the benchmark: its session, and what the chunks since the last
+    measured frame count cost."""
+
+    def __init__(
+        self,
+        lm: VideoLM,
+        policy: PolicySpec,
+        settings: BenchSettings,
+        memory_cap: int,
+        on_frames: Callable[[int], None],
+    ) -> None:
+        self.lm, self.settings, self.memory_cap, self.on_frames = lm, settings, memory_cap, on_frames
+        built = policy.build(settings.config)
+        self.unbounded = built.capacity is None  # it never evicts: --full-max-frames applies
+        self.keeps_host_store = built.question.keeps_host_store
+        self.config = settings.config
+        if built.positions_grow:  # positions never compacted: run past the trained context, as speed allows
+            self.config = self.config.with_(max_positions=UNBOUNDED_POSITIONS)
+        self.session = StreamingSession(lm, self.config, policy=policy, host_cap_bytes=host_memory_cap())
+        self.rng = np.random.default_rng(settings.seed)
+        self.window: list[ChunkReport] = []
+        self.vision: list[float] = []  # the vision encoder's ms in each chunk of the window
+        self.window_start = 0  # frames streamed when the window began
+        self.tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
+
+    def stream_to(self, target: int) -> None:
+        """Ingest chunks until `target` frames are in; MemoryError before a chunk whose estimated
+        prefill would pass the memory cap, StreamBound at a bound of the policy."""
+        session, lm, settings = self.session, self.lm, self.settings
+        while session.frames_seen < target:
+            n = min(self.config.chunk_frames, target - session.frames_seen)
+            padded = padded_frames(n, lm.frame_multiple)
+            cached = session.memory.prefix_len + session.memory.slots
+            need = prefill_bytes(lm.kv_bytes_per_token, cached, math.ceil(self.tokens_per_frame * padded))
+            if need > self.memory_cap:
+                raise MemoryError(
+                    f"the next chunk would need about {need / 2**20:,.0f} MiB, "
+                    f"over the {self.memory_cap / 2**20:,.0f} MiB cap"
+                )
+            chunk = synthetic_chunk(
+                self.rng,
+                session.frames_seen,
+                n,
+                settings.frame_size,
+                self.config.fps,
+                session.chunks_seen,
+                settings.static,
+            )
+            with VisionTimer(lm) as timer:
+                report = session.ingest(chunk)
+            self.window.append(report)
+            self.vision.append(timer.take())
+            self.tokens_per_frame = (report.tokens + report.dropped) / padded
+            self.on_frames(n)
+
+    def ask(self, point: Point) -> int:
+        """Ask every question `repeats` times into `point`; the most device bytes a question's
+        step brought in."""
+        retrieved = 0
+        for _ in range(self.settings.repeats):
+            for question in self.settings.questions:
+                answer = self.session.ask(question, max_new_tokens=self.settings.max_new_tokens)
+                point.ttft_ms.append(answer.ttft_ms)
+                if answer.retrieval_ms is not None:
+                    point.retrieval_ms.append(answer.retrieval_ms)
+                retrieved = max(retrieved, answer.retrieved_bytes)
+                if answer.tpot_ms is not None:
+                    point.tpot_ms.append(answer.tpot_ms)
+        return retrieved
+
+    def record(self, point: Point, retrieved: int) -> None:
+        """What the chunks since the last frame count cost, and the memory now, into `point`; the
+        next window starts."""
+        session, window = self.session, self.window
+        point.prefill_ms = [r.prefill_ms for r in window]
+        point.compress_ms = [r.compress_ms for r in window]
+        point.guidance_ms = [r.guidance_ms for r in window]
+        point.vision_ms = self.vision
+        point.evicted = [r.evicted for r in window]
+        point.tokens = [r.tokens for r in window]
+        point.dropped = [r.dropped for r in window]
+        point.ingested_frames = session.frames_seen - self.window_start
+        point.cache_bytes = session.memory.cache_bytes()
+        if self.keeps_host_store:
+            point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
+        point.memory_bytes = _memory(self.lm.device)
+        point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
+        self.window, self.vision, self.window_start = [], [], session.frames_seen
+
+
 def run_policy(
     lm: VideoLM,
-    policy: str,
+    policy: PolicySpec,
     settings: BenchSettings,
     memory_cap: int,
     on_frames: Callable[[int], None] = lambda n: None,
 ) -> list[Point]:
     """Stream one policy to its largest frame count, measuring at each requested count."""
-    config = settings.config
-    full = parse_policy(policy)[0] == "full"
-    retrieves = make_policy(policy, config, params_for(policy, settings.params)).retrieval is not None
-    if full or retrieves:  # neither compacts positions: run past the trained context, as speed allows
-        config = config.with_(max_positions=UNBOUNDED_POSITIONS)
-    limit = settings.full_max_frames if full else None
     device = lm.device
     free_cached_memory(device)
     _reset_peak(device)
-    session = StreamingSession(
-        lm, config, policy=policy, params=params_for(policy, settings.params), host_cap_bytes=host_memory_cap()
-    )
-    per_token = lm.kv_bytes_per_token
-    rng = np.random.default_rng(settings.seed)
+    run: PolicyRun | None = PolicyRun(lm, policy, settings, memory_cap, on_frames)
+    limit = settings.full_max_frames if run.unbounded else None
     points: list[Point] = []
-    window: list[ChunkReport] = []
-    window_start = 0  # frames streamed when the window began
-    tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
     stopped: tuple[str, str] | None = None  # (status, note) that every later frame count inherits
     for target in settings.frames:
         point = Point(policy, target)
         points.append(point)
-        retrieved = 0
         if stopped is None and limit is not None and target > limit:
             stopped = (SKIPPED, f"past --full-max-frames {limit}")
         if stopped is not None:
             point.status, point.note = stopped
             continue
         try:
-            while session.frames_seen < target:
-                n = min(config.chunk_frames, target - session.frames_seen)
-                padded = lm.frame_multiple * math.ceil(n / lm.frame_multiple)
-                cached = session.memory.prefix_len + session.memory.slots
-                need = prefill_bytes(per_token, cached, math.ceil(tokens_per_frame * padded))
-                if need > memory_cap:
-                    raise MemoryError(
-                        f"the next chunk would need about {need / 2**20:,.0f} MiB, "
-                        f"over the {memory_cap / 2**20:,.0f} MiB cap"
-                    )
-                start = session.frames_seen
-                report = session.ingest(
-                    synthetic_chunk(
-                        rng, start, n, settings.frame_size, config.fps, session.chunks_seen, settings.static
-                    )
-                )
-                window.append(report)
-                tokens_per_frame = (report.tokens + report.dropped) / padded
-                on_frames(n)
-            for _ in range(settings.repeats):
-                for question in settings.questions:
-                    answer = session.ask(question, max_new_tokens=settings.max_new_tokens)
-                    point.ttft_ms.append(answer.ttft_ms)
-                    if answer.retrieval_ms is not None:
-                        point.retrieval_ms.append(answer.retrieval_ms)
-                    retrieved = max(retrieved, answer.retrieved_bytes)
-                    if answer.tpot_ms is not None:
-                        point.tpot_ms.append(answer.tpot_ms)
+            run.stream_to(target)
+            retrieved = run.ask(point)
         except (MemoryError, torch.OutOfMemoryError) as exc:
             stopped = (OOM, (str(exc).splitlines() or ["out of memory"])[0])
         except StreamBound as exc:
@@ -308,24 +361,12 @@ def run_policy(
         if stopped is not None:
             # Drop the cache (outside the except block, whose traceback still holds the prefill's
             # tensors) before anything else needs memory; the larger frame counts are out of reach.
-            session = None
+            run = None
             free_cached_memory(device)
             point.status, point.note, point.ttft_ms, point.tpot_ms, point.retrieval_ms = *stopped, [], [], []
             continue
-        point.prefill_ms = [r.prefill_ms for r in window]
-        point.compress_ms = [r.compress_ms for r in window]
-        point.guidance_ms = [r.guidance_ms for r in window]
-        point.evicted = [r.evicted for r in window]
-        point.tokens = [r.tokens for r in window]
-        point.dropped = [r.dropped for r in window]
-        point.ingested_frames = session.frames_seen - window_start
-        point.cache_bytes = session.memory.cache_bytes()
-        if retrieves:
-            point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
-        point.memory_bytes = _memory(device)
-        point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
-        window, window_start = [], session.frames_seen
-    del session
+        run.record(point, retrieved)
+    del run
     free_cached_memory(device)
     return points
 
@@ -351,9 +392,14 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
 
     cap = settings.memory_cap if settings.memory_cap is not None else memory_cap_for(lm)
     warm_up(lm, settings)
+    # Where the time goes (see hermes.bench.peak): measured before the stream, on a machine at rest.
+    first = synthetic_chunk(
+        np.random.default_rng(0), 0, settings.config.chunk_frames, settings.frame_size, settings.config.fps, 0
+    )
+    peaks, flops = gemm_peaks(lm.device), chunk_flops(lm, settings.config, first)
     largest = settings.frames[-1]
     limits = {
-        p: min(largest, settings.full_max_frames or largest) if parse_policy(p)[0] == "full" else largest
+        p: min(largest, settings.full_max_frames or largest) if p.build(settings.config).capacity is None else largest
         for p in settings.policies
     }
     points: list[Point] = []
@@ -392,6 +438,8 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
         "full_max_frames": settings.full_max_frames,
         "memory_kind": memory_kind(lm.device),
         "full_positions_note": "full runs past the model's max_position_embeddings (speed does not depend on it)",
+        "gemm_peak_gflops": peaks,
+        "chunk_flops": flops,
     }
     return BenchResult(meta, points)
 

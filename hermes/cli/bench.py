@@ -62,7 +62,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         DEFAULT_POLICIES,
         DEFAULT_REPEATS,
     )
-    from hermes.memory.policies import POLICY_NAMES
+    from hermes.engine.methods import policy_names
+    from hermes.models.loading import tiny_names
+    from hermes.models.random7b import CPU_MAX_BILLIONS, RANDOM_MODELS
 
     p = sub.add_parser(
         "bench",
@@ -73,17 +75,17 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     add_memory_options(
         p,
         model_default=DEFAULT_BENCH_MODEL,
-        model_help="'tiny', 'tiny-qwen', 'tiny-qwen3', 'tiny-qwen35', a checkpoint, or the random-weight real "
-        "architectures 'llava-ov-0.5b-random' / 'qwen3.5-0.8b-random' (CPU) and 'llava-ov-7b-random' / "
-        "'qwen2.5-vl-7b-random' / 'qwen3.5-9b-random' (GPU); several, comma-separated, run one after the "
-        "other with the same settings and are compared at the end (default: %(default)s)",
+        model_help=f"{tiny_names(chr(39))}, a checkpoint, or a random-weight real architecture, "
+        f"{', '.join(map(repr, RANDOM_MODELS))} (those over {CPU_MAX_BILLIONS:g}B parameters want a GPU); several, "
+        "comma-separated, run one after the other with the same settings and are compared at the end "
+        "(default: %(default)s)",
         policy=False,
         fps_help="timestamps of the synthetic frames (default: the model's)",
     )
     p.add_argument(
         "--policies",
         default=",".join(DEFAULT_POLICIES),
-        help=f"comma-separated, from {', '.join(POLICY_NAMES)} (default: %(default)s)",
+        help=f"comma-separated, from {', '.join(policy_names())} (default: %(default)s)",
     )
     add_param_option(p)
     p.add_argument(

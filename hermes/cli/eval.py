@@ -69,25 +69,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from hermes.eval.harness import EvalSettings, run_eval
     from hermes.eval.policies import PolicyGroup
     from hermes.eval.shard import Shard
-    from hermes.eval.summary import official_scores, render_official, render_summary
-    from hermes.memory.policies import check_policies, params_for
     from hermes.models.loading import load_video_lm, set_threads
 
     spec = BENCHES[args.bench]
-    check_run_options(args)
-    if args.limit is not None and args.limit < 1:
-        raise ValueError("--limit must be at least 1")
-    if args.max_new_tokens < 0:
-        raise ValueError("--max-new-tokens must be 0 (score only) or more")
-    if not Path(args.videos).is_dir():
-        raise ValueError(f"--videos {args.videos} is not a folder")
-    items, problems = spec.load(args.annotations)
-    if not items and not problems:
-        raise ValueError(f"{args.annotations} holds no questions")
-    params = parse_params(args.param)
-    names = [n.strip() for n in (args.policies or args.policy).split(",") if n.strip()]
-    # Checked before the model loads, with the options.
-    policies = check_policies(names, config_from_args(args, default_reindex=spec.reindex), params)
+    items, problems, policies = _checked(args, spec)  # before the model loads
     shard = Shard.from_env()  # RANK and WORLD_SIZE from torchrun or accelerate launch
     placement = model_options(args)
     if shard.sharded and placement["device"] is None and placement["device_map"] is None:
@@ -100,9 +85,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results-{args.bench}.jsonl")
     settings = EvalSettings(max_new_tokens=args.max_new_tokens, limit=args.limit)
     sessions = {
-        name: StreamingSession(
-            lm, config, policy=name, max_question_chars=settings.max_question_chars, params=params_for(name, params)
-        )
+        name: StreamingSession(lm, config, policy=name, max_question_chars=settings.max_question_chars)
         for name in policies
     }
     if args.policies is not None:
@@ -121,6 +104,35 @@ def cmd_eval(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
+    return _report_policy(args, spec, config, out, summary)
+
+
+def _checked(args: argparse.Namespace, spec):
+    """The benchmark file's questions and problems, and the policies parsed (with --param), once
+    every option is checked: ValueError for a bad one."""
+    from pathlib import Path
+
+    from hermes.engine.methods import parse_policies
+
+    check_run_options(args)
+    if args.limit is not None and args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    if args.max_new_tokens < 0:
+        raise ValueError("--max-new-tokens must be 0 (score only) or more")
+    if not Path(args.videos).is_dir():
+        raise ValueError(f"--videos {args.videos} is not a folder")
+    items, problems = spec.load(args.annotations)
+    if not items and not problems:
+        raise ValueError(f"{args.annotations} holds no questions")
+    names = [n.strip() for n in (args.policies or args.policy).split(",") if n.strip()]
+    config = config_from_args(args, default_reindex=spec.reindex)
+    return items, problems, parse_policies(names, config, parse_params(args.param))
+
+
+def _report_policy(args: argparse.Namespace, spec, config, out, summary: dict) -> int:
+    """Write the summary beside the results and print the accuracy table and the official scores."""
+    from hermes.eval.summary import official_scores, render_official, render_summary
+
     summary["settings"] = {
         "bench": args.bench,
         "model": args.model,

@@ -1,4 +1,4 @@
-"""Command line: python -m hermes {stream, build-tiny, bench, eval, toyworld}."""
+"""Command line: python -m hermes {stream, ask, build-tiny, bench, eval, toyworld}."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from hermes.cli.bench import add_bench_parser
 from hermes.cli.build_tiny import add_build_tiny_parser
 from hermes.cli.eval import add_eval_parser
+from hermes.cli.memory import add_ask_parser
 from hermes.cli.stream import add_stream_parser
 from hermes.cli.toyworld import add_toyworld_parser
 
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hermes", description="HERMES Live: streaming video memory")
     sub = parser.add_subparsers(dest="command", required=True)
     add_stream_parser(sub)
+    add_ask_parser(sub)
     add_build_tiny_parser(sub)
     add_bench_parser(sub)
     add_eval_parser(sub)

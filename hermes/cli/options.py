@@ -8,7 +8,6 @@ from typing import Any
 
 from hermes.memory.config import HermesConfig
 
-MODEL_HELP = "hub id, local folder, 'tiny', 'tiny-qwen', 'tiny-qwen3' or 'tiny-qwen35'"
 FPS_HELP = "sampling rate (default: 0.5 LLaVA-OV, 1 Qwen2.5-VL and Qwen3-VL)"
 DTYPE_ENV = "HERMES_DTYPE"
 DEVICE_MAP_ENV = "HERMES_DEVICE_MAP"
@@ -18,7 +17,7 @@ def add_memory_options(
     p: argparse.ArgumentParser,
     *,
     model_default: str | None = None,
-    model_help: str = MODEL_HELP,
+    model_help: str | None = None,
     policy: bool = True,
     fps_help: str = FPS_HELP,
     reindex_default: str | None = "lazy",
@@ -29,12 +28,14 @@ def add_memory_options(
     A command may change the model's default and the help of --model, --fps and --reindex, or leave
     out --policy (bench takes a list of policies instead).
     """
-    p.add_argument("--model", default=model_default, help=model_help)
+    p.add_argument("--model", default=model_default, help=model_help or local_model_help())
     if policy:
-        from hermes.memory.policies import POLICY_NAMES
+        from hermes.engine.methods import DEFAULT_POLICY, policy_names
 
         p.add_argument(
-            "--policy", default="hermes", help=f"memory policy, one of {', '.join(POLICY_NAMES)} (default: %(default)s)"
+            "--policy",
+            default=DEFAULT_POLICY,
+            help=f"memory policy, one of {', '.join(policy_names())} (default: %(default)s)",
         )
         add_param_option(p)
     p.add_argument("--budget", type=int, default=HermesConfig.budget, help="video tokens kept per layer, |M|")
@@ -92,6 +93,13 @@ def config_from_args(
     )
 
 
+def local_model_help() -> str:
+    """What --model takes besides a hub id: a local folder or a tiny alias."""
+    from hermes.models.loading import tiny_names
+
+    return f"hub id, local folder, {tiny_names(chr(39))}"
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     """--threads and --no-progress, for the long-running commands (bench, eval)."""
     p.add_argument(
@@ -118,7 +126,7 @@ def add_param_option(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="METHOD.FIELD=VALUE",
         help="override one constant of a method or input filter, e.g. infinipot-v.tar_ratio=0.3, "
-        "sink.sinks=8, dtd.threshold=0.7 (repeatable)",
+        "sink.sinks=8, simplestream.frames=8, rekv.similarity=cosine, dtd.threshold=0.7 (repeatable)",
     )
 
 

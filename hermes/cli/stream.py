@@ -8,13 +8,24 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from hermes.cli.options import MODEL_HELP, add_memory_options, config_from_args, model_options, parse_params
+from hermes.cli.memory import (
+    Checkpoints,
+    add_memory_file_options,
+    check_memory_file_options,
+    model_for,
+    resumed_session,
+    start_time,
+)
+from hermes.cli.options import add_memory_options, config_from_args, local_model_help, model_options, parse_params
 
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("stream", help="stream a video file and answer questions at given times")
     p.add_argument("video")
-    add_memory_options(p, model_help=f"{MODEL_HELP} (default: $HERMES_MODEL or the LLaVA-OV 0.5B checkpoint)")
+    add_memory_options(
+        p,
+        model_help=f"{local_model_help()} (default: $HERMES_MODEL, else LLaVA-OV 0.5B on a GPU, Qwen3.5-0.8B on a CPU)",
+    )
     p.add_argument(
         "--ask",
         action="append",
@@ -46,32 +57,32 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="host memory a retrieval policy (rekv) may keep every frame in; the stream stops there "
         "(default: what admission control allows on the CPU)",
     )
+    add_memory_file_options(p)
     p.set_defaults(func=cmd_stream)
     return p
 
 
-def checked_params(args: argparse.Namespace) -> dict[str, str]:
-    """--param as a dict, once --policy and it are checked (before the video opens or the model loads)."""
-    from hermes.memory.policies import check_policies
+def parsed_policy(args: argparse.Namespace):
+    """--policy with its --param, parsed and checked (before the video opens or the model loads)."""
+    from hermes.engine.methods import parse_policies
 
-    params = parse_params(args.param)
-    check_policies([args.policy], config_from_args(args), params)
-    return params
+    return parse_policies([args.policy], config_from_args(args), parse_params(args.param))[0]
 
 
-def _session(args: argparse.Namespace):
-    import os
-
+def _session(args: argparse.Namespace, policy, memory=None):
+    """A new session of `policy` (parsed), or, with --load-memory, the saved one (`memory`, the
+    file already read)."""
     from hermes.engine.session import StreamingSession
-    from hermes.models.loading import DEFAULT_MODEL, load_video_lm
+    from hermes.models.loading import load_video_lm, requested_model
     from hermes.serving.admission import host_memory_cap
 
-    params = checked_params(args)
     placement = model_options(args)
-    lm = load_video_lm(args.model or os.environ.get("HERMES_MODEL") or DEFAULT_MODEL, **placement)
+    lm = load_video_lm(requested_model(args.model, placement.get("device")), **placement)
     config = config_from_args(args, lm.default_fps)
     host_cap = host_memory_cap(args.host_cap_mb)
-    return StreamingSession(lm, config, policy=args.policy, params=params, host_cap_bytes=host_cap)
+    if memory is not None:
+        return resumed_session(args, memory, lm, host_cap)
+    return StreamingSession(lm, config, policy=policy, host_cap_bytes=host_cap)
 
 
 def _answer_json(event, alert: bool = False) -> str:
@@ -156,23 +167,33 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     questions = [parse_ask(a) for a in args.ask]
     _check_watches(args)
-    checked_params(args)
+    policy = parsed_policy(args)
+    memory = check_memory_file_options(args)  # a bad memory file fails before the model loads too
+    if memory is not None:
+        model_for(args, memory)
     info = check_start(args.video, config_from_args(args).fps)  # a bad file fails before the model loads
-    session = _session(args)
-    session.standing.set_threshold(args.watch_threshold)
+    session = _session(args, policy, memory)
+    if memory is None or args.watch_threshold != 0.5:  # a resumed stream keeps its saved threshold otherwise
+        session.standing.set_threshold(args.watch_threshold)
     session.standing.answer_tokens = args.max_new_tokens
     for question in args.watch:
-        session.standing.add(question)
+        if question.strip() not in session.standing.questions:
+            session.standing.add(question)
     fps = session.config.fps
+    saver = Checkpoints(session, args.save_memory, None if args.save_every is None else 60 * args.save_every)
     if session.lm.random_weights and not args.json:
         print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
-    bar = tqdm(total=max(1, int(info.duration * fps) + 1), unit="frame", disable=args.json, file=sys.stderr)
-    # A damaged file streams to its last good frame, the questions are answered from what was read,
-    # and then its error ends the command.
-    frames = UntilDamage(iter_frames(args.video, fps))
+    total = max(1, int(info.duration * fps) + 1)
+    bar = tqdm(total=total, initial=session.frames_seen, unit="frame", disable=args.json, file=sys.stderr)
+    # A frame that cannot be decoded is skipped, and said; a file that decodes no further streams to
+    # its last good frame, the questions are answered from what was read, and its error ends the command.
+    # A resumed stream goes on with the frames after those its memory has seen.
+    frames = UntilDamage(
+        iter_frames(args.video, fps, start=start_time(session)), on_skip=lambda skipped: _print_skip(args, skipped, bar)
+    )
     try:
         _print_events(
-            args, replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens), bar
+            args, replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens), bar, saver
         )
     except StreamBound as bound:  # a bound of the policy (rekv's host memory): the stream stops, with the reason
         bar.clear()
@@ -180,18 +201,30 @@ def cmd_stream(args: argparse.Namespace) -> int:
     bar.close()
     if args.watch and not args.json and session.chunks_seen:
         print(session.watch_cost.summary(), file=sys.stderr)
+    saver.save()  # what was read, a damaged file's good part too
     if frames.damage is not None:
         raise frames.damage
     return 0
 
 
-def _print_events(args: argparse.Namespace, events: Iterable, bar: Any) -> None:
-    """Print the chunk, watch and answer events of a stream as they come."""
+def _print_skip(args: argparse.Namespace, skipped: Any, bar: Any) -> None:
+    """Say that frames of the file could not be decoded (the stream goes on at the next one)."""
+    if args.json:
+        note = {"event": "skipped", "at_s": skipped.at_s, "frames": skipped.frames, "note": str(skipped)}
+        print(json.dumps(note), flush=True)
+    else:
+        bar.clear()
+        print(f"\nskipped: {skipped}", flush=True)
+
+
+def _print_events(args: argparse.Namespace, events: Iterable, bar: Any, saver: Checkpoints) -> None:
+    """Print the chunk, watch and answer events of a stream as they come; checkpoint between chunks."""
     from hermes.engine.session import AnswerUpdate
 
     shown = 0
     for event in events:
         if not isinstance(event, AnswerUpdate):
+            saver.tick()
             bar.update(event.frames_seen - bar.n)
             if args.json:
                 print(_chunk_json(event), flush=True)

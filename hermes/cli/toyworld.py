@@ -71,8 +71,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from hermes.engine.methods import parse_policies
     from hermes.memory.config import HermesConfig
-    from hermes.memory.policies import check_policies
     from hermes.models.loading import load_video_lm, set_threads
     from hermes.toyworld import bench
 
@@ -81,7 +81,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.clips is not None and args.clips < 1:
         raise ValueError("--clips must be at least 1")
     names = bench.benchmark_policies() if args.policies is None else [n.strip() for n in args.policies.split(",")]
-    policies = check_policies([n for n in names if n], HermesConfig())
+    policies = list(parse_policies([n for n in names if n], HermesConfig()))
     held = bench.load_heldout(args.heldout)
     lm = load_video_lm(args.model, dtype="fp32")
     set_threads(args.threads)

@@ -2,9 +2,9 @@
 
 A question is prefilled after the memory, the answer decoded greedily after it, and both are
 dropped at the end (`HermesCache.scratch`), so that reading never changes what the stream
-remembers. `MemoryReader` holds this side of a `StreamingSession`, which supplies the memory, the
-model and where new tokens go (`next_position`, `_forward_question`: a retrieval policy brings
-frames back first).
+remembers. A `MemoryReader` is given what it reads: the model, the memory, the policy's
+question-time state (where a question goes, and the forward pass over it: ReKV brings frames back
+first) and the stream's progress. A `StreamingSession` makes one per stream.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from hermes.engine.chunk import StreamProgress
 from hermes.engine.metrics import now_ms
+from hermes.engine.policy import QuestionCost, QuestionState
 from hermes.memory.cache import HermesCache
 from hermes.models.base import VideoLM
 
@@ -57,12 +59,14 @@ class AnswerUpdate:
     frames_seen: int = 0
     frames_in_memory: int = 0
     at_s: float = 0.0
-    # A retrieval policy's part of the TTFT (similarity search and host-to-device copy, over all
-    # layers), the tokens each layer brought back, and their device bytes over all layers.
+    # The policy's question-time step: its part of the TTFT (ReKV: similarity search and
+    # host-to-device copy, over all layers), the tokens each layer brought in, and their device
+    # bytes over all layers.
     retrieval_ms: float | None = None
     retrieved_tokens: int = 0
     retrieved_bytes: int = 0
-    # The memory on the device and a retrieval policy's host store when the question was read.
+    # The memory on the device, and what the question-time step holds in host memory (ReKV's
+    # store), when the question was read.
     cache_bytes: int = 0
     host_bytes: int = 0
 
@@ -80,41 +84,50 @@ def top_logprobs(lm: VideoLM, logp: torch.Tensor, k: int = 5) -> list[tuple[str,
 
 
 class MemoryReader:
-    """Questions read from the memory as it is now; what the session that subclasses it provides:
-    `lm`, `memory`, `frames_seen`, `stream_time_s`, `answers`, `last_turn`, `max_question_chars`,
-    `last_retrieval`, `next_position()`, `host_bytes()`, `frames_in_memory()` and
-    `_forward_question()`."""
+    """Questions read from one stream's memory as it is now. It keeps the last ANSWERS_KEPT finished
+    answers and the last turn, which prefixes the next guidance prompt."""
 
-    lm: VideoLM
-    memory: HermesCache
+    def __init__(
+        self,
+        lm: VideoLM,
+        memory: HermesCache,
+        question: QuestionState,
+        progress: StreamProgress,
+        max_question_chars: int = MAX_QUESTION_CHARS,
+    ) -> None:
+        self.lm = lm
+        self.memory = memory
+        self.question = question
+        self.progress = progress
+        self.max_question_chars = max_question_chars
+        self.answers: list[AnswerUpdate] = []  # the last ANSWERS_KEPT
+        self.last_turn: tuple[str, str] | None = None
 
     def check_question(self, question: str) -> str:
-        """The question, stripped; QuestionError if it is empty or too long."""
-        if self.frames_seen == 0:
+        """The question, stripped; QuestionError if there is no video yet, or it is empty or too long."""
+        if self.progress.frames_seen == 0:
             raise QuestionError("No video yet: start a stream first, then ask about what it shows.")
         return validate_question(question, self.max_question_chars)
 
     @torch.inference_mode()
     def ask_stream(
-        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
     ) -> Iterator[AnswerUpdate]:
         """Answer from the memory as it is now, streaming the text token by token.
 
         TTFT runs from this call to the first decoded token. The memory is not changed: the
         question and answer are scratch tokens of the cache, dropped at the end. `remember=False`
         keeps the answer out of `answers` and of the next guidance prompt (a standing question's alert).
+        `query`: the words the policy's question-time step reads the question by (`query_ids`).
         """
         q = self.check_question(question)
         device = self.lm.device
         t0 = now_ms(device)
         with self.memory.scratch():
-            logp, pos = self._read_question(q)
+            logp, pos = self.read_question(q, query)
             token = int(logp.argmax())
             t_first = now_ms(device)
-            update = self.first_update(q, logp, t_first - t0)
-            if self.last_retrieval is not None:
-                cost = self.last_retrieval
-                update.retrieval_ms, update.retrieved_tokens, update.retrieved_bytes = cost.ms, cost.tokens, cost.bytes
+            update = self.first_update(q, logp, t_first - t0, self.question.cost())
             generated: list[int] = []
             eos = self.lm.eos_token_ids
             while token not in eos and len(generated) < max_new_tokens:
@@ -131,19 +144,26 @@ class MemoryReader:
             self.record_answer(update)
         yield replace(update)
 
-    def first_update(self, question: str, logp: torch.Tensor, ttft_ms: float) -> AnswerUpdate:
+    def first_update(
+        self, question: str, logp: torch.Tensor, ttft_ms: float, cost: QuestionCost | None = None
+    ) -> AnswerUpdate:
         """The update an answer starts with, once its first token is read from `logp` (vocab,):
-        the most likely first tokens, and what the memory has seen and keeps."""
+        the most likely first tokens, what the memory has seen and keeps, and what the policy's
+        question-time step `cost` (none for an answer decoded in a batch)."""
+        cost = cost or QuestionCost()
         return AnswerUpdate(
             question=question,
             text="",
             ttft_ms=ttft_ms,
             top_logprobs=top_logprobs(self.lm, logp),
-            frames_seen=self.frames_seen,
-            frames_in_memory=self.frames_in_memory(),
-            at_s=self.stream_time_s,
+            frames_seen=self.progress.frames_seen,
+            frames_in_memory=self.memory.snapshot().frames_in_memory(),
+            at_s=self.progress.stream_time_s,
+            retrieval_ms=cost.ms,
+            retrieved_tokens=cost.tokens,
+            retrieved_bytes=cost.bytes,
             cache_bytes=self.memory.cache_bytes(),
-            host_bytes=self.host_bytes(),
+            host_bytes=self.question.host_bytes(),
         )
 
     def record_answer(self, update: AnswerUpdate) -> None:
@@ -153,26 +173,37 @@ class MemoryReader:
         del self.answers[:-ANSWERS_KEPT]
         self.last_turn = (update.question, update.text)
 
-    def _read_question(self, question: str) -> tuple[torch.Tensor, int]:
-        """Prefill the question after the memory, as scratch tokens; log-probabilities of the first
+    def query_ids(self, question: str, query: str | None) -> torch.Tensor:
+        """The tokens (1, n) a question-time step reads the question by: `query`'s own words, no chat
+        template around them, as ReKV retrieves with the question alone; `question` when `query` is
+        None or blank. A benchmark's prompt wraps the question in instructions and options, so the
+        harness passes the question itself as `query`."""
+        return self.lm.encode((query or "").strip() or question)
+
+    def read_question(self, question: str, query: str | None = None) -> tuple[torch.Tensor, int]:
+        """Prefill the question after the memory, as scratch tokens, through the policy's
+        question-time step (given the `query` words, see `query_ids`); log-probabilities of the first
         answer token, and the position that follows the question."""
         ids = self.lm.question_ids(question)
-        pos = self.next_position()
-        logits = self._forward_question(ids, pos + torch.arange(ids.shape[-1])[None])
+        pos = self.question.next_position(self.memory)
+        positions = pos + torch.arange(ids.shape[-1])[None]
+        logits = self.question.forward(self.lm, self.memory, ids, positions, self.query_ids(question, query))
         return torch.log_softmax(logits[0, -1].float(), dim=-1), pos + ids.shape[-1]
 
     @torch.inference_mode()
-    def first_token_logprobs(self, question: str) -> torch.Tensor:
+    def first_token_logprobs(self, question: str, query: str | None = None) -> torch.Tensor:
         """Log-probabilities (vocab,) of the first answer token; the memory is not changed.
 
-        Multiple-choice scoring reads the option letters from this.
+        Multiple-choice scoring reads the option letters from this. `query` as for `ask_stream`.
         """
         q = self.check_question(question)
         with self.memory.scratch():
-            return self._read_question(q)[0]
+            return self.read_question(q, query)[0]
 
     @torch.inference_mode()
-    def continuation_logprobs(self, question: str, continuation: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def continuation_logprobs(
+        self, question: str, continuation: list[int], query: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The log-probability (n,) of each token of `continuation` as the start of the answer, and
         whether each is the greedy choice there (n,); the memory is not changed.
 
@@ -184,11 +215,14 @@ class MemoryReader:
         target = torch.tensor([continuation], device=ids.device)
         n = len(continuation)
         with self.memory.scratch():
-            positions = self.next_position() + torch.arange(ids.shape[-1] + n)[None]
-            logits = self._forward_question(torch.cat([ids, target], dim=-1), positions, logits_to_keep=n + 1)
+            positions = self.question.next_position(self.memory) + torch.arange(ids.shape[-1] + n)[None]
+            tokens, query_ids = torch.cat([ids, target], dim=-1), self.query_ids(q, query)
+            logits = self.question.forward(self.lm, self.memory, tokens, positions, query_ids, logits_to_keep=n + 1)
         logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # the logits before each continuation token
         return logp.gather(-1, target[0, :, None].to(logp.device))[:, 0], logp.argmax(-1).cpu() == target[0].cpu()
 
-    def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True) -> AnswerUpdate:
+    def ask(
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
+    ) -> AnswerUpdate:
         """Answer and return the final update (text, TTFT, TPOT, top log-probabilities)."""
-        return deque(self.ask_stream(question, max_new_tokens, remember), maxlen=1)[0]
+        return deque(self.ask_stream(question, max_new_tokens, remember, query), maxlen=1)[0]

@@ -59,9 +59,7 @@ class BatchLayer(BufferLayer):
 
     def nbytes(self) -> int:
         """Bytes of the keys and values in use (every row, padding included)."""
-        if self._k is None:
-            return 0
-        return 2 * self.rows * self._k.shape[1] * self.get_seq_length() * self._k.shape[-1] * self._k.element_size()
+        return self.used_bytes()
 
     def reserve(self, n: int) -> None:
         """Room for `n` more columns; when the buffer must grow, half as much again (and ROOM) as held."""
@@ -240,12 +238,13 @@ class BatchDecoder:
         """Queue `question` on `session` to join the batch at the next step. TTFT runs from here."""
         if session.lm is not self.lm:
             raise ValueError("every session of a batch must run on the batch's model")
-        if session.policy.retrieval is not None:
+        if not session.policy.question.batchable:
             raise ValueError(
-                f"{session.policy.name} questions are answered one at a time (StreamingSession.ask_stream): each "
-                "layer brings back its own frames for each question, so a row would not be a copy of its memory"
+                f"{session.policy.name} questions are answered one at a time (StreamingSession.ask_stream): its "
+                "question-time step brings in its own tokens for each question, so a row would not be a copy of "
+                "its memory"
             )
-        q = session.check_question(question)
+        q = session.reader.check_question(question)
         row = BatchRow(session, q, max_new_tokens, self.lm.question_ids(q), tag, now_ms(self.lm.device))
         self.joining.append(row)
         return row
@@ -319,8 +318,7 @@ class BatchDecoder:
             held = self._cache.nbytes() if self._cache is not None else 0
             taken = 0
             for row in waiting:
-                memory = row.session.memory
-                need = sum(2 * k.numel() * k.element_size() for k, _ in memory.kv()) + memory.state_bytes()
+                need = row.session.memory.copy_bytes()
                 if (self.rows or taken) and held + need > self.max_bytes:
                     break
                 held += need
@@ -367,7 +365,7 @@ class BatchDecoder:
                 logp = torch.log_softmax(logits[i].float(), dim=-1)
                 token = int(logp.argmax())
                 row.logprobs, row.first_ms = logp, now
-                row.update = row.session.first_update(row.question, logp, now - row.started_ms)
+                row.update = row.session.reader.first_update(row.question, logp, now - row.started_ms)
             if token in eos or row.tokens >= row.max_new_tokens:
                 finished.add(row)
                 continue
@@ -386,19 +384,19 @@ class BatchDecoder:
     def _finish(self, row: BatchRow) -> AnswerUpdate:
         """The last update of a finished row, recorded on its session as `ask_stream` records it."""
         update = row.update.finished(row.tokens, row.first_ms, now_ms(self.lm.device))
-        row.session.record_answer(update)
+        row.session.reader.record_answer(update)
         return replace(update)
 
     def _leave(self, gone: set[BatchRow]) -> None:
         """Rows leave the batch; columns that are padding in every remaining row go too."""
-        keep = [i for i, row in enumerate(self.rows) if row not in gone]
-        self.rows = [self.rows[i] for i in keep]
-        if not keep:
+        staying = [i for i, row in enumerate(self.rows) if row not in gone]
+        self.rows = [self.rows[i] for i in staying]
+        if not staying:
             self._free()  # rows still waiting to join start a new one
             return
-        mask = self._mask[keep]
+        mask = self._mask[staying]
         used = mask.any(dim=0)
         trim = int(used.to(torch.uint8).argmax())  # columns before the first any row uses
         self._mask = mask[:, trim:]
         self._padded = not bool(self._mask.all())
-        self._cache.select(keep, trim)
+        self._cache.select(staying, trim)

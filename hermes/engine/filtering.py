@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import torch
+
 from hermes.memory.cache import rank_within_frame
-from hermes.memory.policies import PolicyError
-from hermes.memory.rivals.dtd import DifferentialDrop, Previous
+from hermes.memory.rivals.dtd import Previous
 from hermes.models.base import ChunkInputs, VideoLM
 
 
-def check_input_filter(lm: VideoLM, policy: str) -> None:
-    """PolicyError when `lm`'s backbone cannot hand its chunks to an input filter."""
-    if lm.no_input_filter is not None:
-        raise PolicyError(f"{policy}: {lm.no_input_filter}")
+class InputFilter(Protocol):
+    """A rule over a chunk's tokens before the prefill (`+dtd`: `DifferentialDrop`)."""
+
+    def select(
+        self,
+        features: torch.Tensor,
+        frames: torch.Tensor,
+        patches: torch.Tensor,
+        visual: torch.Tensor,
+        previous: Previous = None,
+    ) -> tuple[torch.Tensor, Previous]:
+        """Which tokens go on (n,) bool, and what the next chunk needs of this one."""
+
+
+class Unfiltered:
+    """A stream without an input filter: every token of a chunk goes on."""
+
+    last_frame: Previous = None  # nothing seen, nothing to carry to the next chunk
+
+    def __call__(self, inputs: ChunkInputs) -> ChunkInputs:
+        return inputs
+
+    def reset(self) -> None:
+        """Nothing to forget."""
 
 
 class FilteredInputs:
     """One stream's input filter, with what it remembers between chunks (the last frame seen)."""
 
-    def __init__(self, lm: VideoLM, rule: DifferentialDrop) -> None:
+    def __init__(self, lm: VideoLM, rule: InputFilter) -> None:
         self.lm = lm
         self.rule = rule
         self.last_frame: Previous = None
@@ -30,13 +53,13 @@ class FilteredInputs:
         embeddings (video features scattered by the adapter), each at its own position."""
         embeds = self.lm.chunk_embeddings(inputs)
         patches = rank_within_frame(inputs.frames)
-        keep, self.last_frame = self.rule.keep(
+        kept, self.last_frame = self.rule.select(
             embeds[0], inputs.frames, patches, self.lm.visual_tokens(inputs), self.last_frame
         )
         return ChunkInputs(
-            input_ids=inputs.input_ids[:, keep.to(inputs.input_ids.device)],
-            model_kwargs={"inputs_embeds": embeds[:, keep.to(embeds.device)]},
-            frames=inputs.frames[keep],
-            rel_positions=inputs.rel_positions[:, keep],
-            patches=patches[keep],
+            input_ids=inputs.input_ids[:, kept.to(inputs.input_ids.device)],
+            model_kwargs={"inputs_embeds": embeds[:, kept.to(embeds.device)]},
+            frames=inputs.frames[kept],
+            rel_positions=inputs.rel_positions[:, kept],
+            patches=patches[kept],
         )

@@ -15,16 +15,19 @@ lives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
 from hermes.memory.cache import HermesCache
+from hermes.memory.policies import MemoryPolicy
 from hermes.models.base import VideoLM
 
 # Short on purpose: the guidance pass runs after every chunk past the budget, and its cost grows
-# with the prompt's length (a byte-level tokenizer spends one token per character).
+# with the prompt's length (25 or 26 tokens with the real Qwen vocabularies; a tiny model's
+# byte-level tokenizer spends one token per character).
 GLOBAL_PROMPT = "Recall the story: main actors, key events, timeline."
 LOCAL_PROMPT = "This scene: objects, fine actions, where things are."
 # The history (the last question and its answer) carries the user's interest into the guidance.
@@ -165,12 +168,134 @@ def head_queries(module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     return q
 
 
+def tokens_needed(attention_layers: Sequence[int], queries: Mapping[int, slice], n: int) -> list[int]:
+    """Per decoder layer up to the deepest probed one, how many leading tokens of an `n`-token pass
+    the probe still needs there: the most that any probed layer at or below it reads.
+    `attention_layers[l]` is the decoder layer of probed layer l.
+
+    Attention is causal, so the first k tokens' states never depend on the later ones: once the
+    layers that read the whole prompt are passed, the layers above need only its leading part (the
+    global prompt, for HERMES's deep layers)."""
+    stops = {attention_layers[layer]: rows.indices(n)[1] for layer, rows in queries.items()}
+    needed, most = [], 0
+    for decoder_layer in range(max(stops), -1, -1):
+        most = max(most, stops.get(decoder_layer, 0))
+        needed.append(most)
+    return needed[::-1]
+
+
+@contextlib.contextmanager
+def leading_tokens_only(decoder_layers: Sequence[torch.nn.Module], needed: Sequence[int], n: int) -> Iterator[None]:
+    """Within: decoder layer l runs on the first `needed[l]` tokens of an `n`-token pass only (see
+    `tokens_needed`); the model's per-token arguments (positions, rotary tables, masks) are cut to
+    match. The cache then holds fewer scratch tokens, which the memory drops anyway."""
+
+    def hook(tokens: int):
+        def cut(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            if args:
+                args = (args[0][:, :tokens], *args[1:])
+            else:
+                kwargs["hidden_states"] = kwargs["hidden_states"][:, :tokens]
+            return args, {key: _cut(key, value, tokens, n) for key, value in kwargs.items()}
+
+        return cut
+
+    handles = [
+        layer.register_forward_pre_hook(hook(tokens), with_kwargs=True)
+        for layer, tokens in zip(decoder_layers, needed, strict=False)
+        if tokens < n
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _cut(key: str, value: object, tokens: int, n: int) -> object:
+    """A decoder layer's keyword argument for the first `tokens` of `n` new tokens."""
+    if value is None or tokens == n:
+        return value
+    if key == "position_embeddings":  # (cos, sin), tokens on the second-to-last axis
+        return tuple(t[..., :tokens, :] for t in value)
+    if key in ("position_ids", "cache_position"):  # tokens on the last axis
+        return value[..., :tokens]
+    if key == "attention_mask" and isinstance(value, torch.Tensor):
+        # (batch, heads, queries, keys) or (batch, keys): the new tokens are the last keys.
+        keys = value[..., : value.shape[-1] - (n - tokens)]
+        return keys[:, :, :tokens] if keys.dim() == 4 else keys
+    if isinstance(value, torch.Tensor):
+        raise _CannotCut(key)
+    return value
+
+
+class _CannotCut(ValueError):
+    """A decoder layer got a per-token argument this module does not know how to cut (another
+    transformers release, say): the pass then runs on every token, as it always may."""
+
+
 def probe_attention(
     lm: VideoLM, memory: HermesCache, ids: torch.Tensor, queries: dict[int, slice]
 ) -> dict[int, torch.Tensor]:
     """The attention (over every key) that the `queries` tokens of `ids`, read after the memory,
-    pay in each of their layers, from one forward pass; the memory is left untouched."""
-    positions = memory.next_position + torch.arange(ids.shape[-1])[None]
-    with memory.scratch(), AttentionProbe(lm.attention_modules(), list(queries), queries, stop_early=True) as probe:
-        lm.forward(memory, ids, positions)
+    pay in each of their layers, from one forward pass; the memory is left untouched.
+
+    The pass does only the work the probe reads: it stops after the deepest probed layer (no
+    deeper layers, no LM head), and above the last layer that reads the whole of `ids` it carries
+    only the leading tokens the layers above read (`tokens_needed`)."""
+    n = ids.shape[-1]
+    positions = memory.next_position + torch.arange(n)[None]
+    modules = lm.attention_modules()
+    needed = tokens_needed([module.layer_idx for module in modules], queries, n)
+    try:
+        with (
+            memory.scratch(),
+            leading_tokens_only(lm.language_model.layers, needed, n),
+            AttentionProbe(modules, list(queries), queries, stop_early=True) as probe,
+        ):
+            lm.forward(memory, ids, positions)
+    except _CannotCut:
+        with memory.scratch(), AttentionProbe(modules, list(queries), queries, stop_early=True) as probe:
+            lm.forward(memory, ids, positions)
     return probe.weights
+
+
+class GuidanceProbe:
+    """The attention a policy's layers score by, measured by probe passes over a memory.
+
+    HERMES's layers read one forward pass over the guidance prompt: a layer that reads the global
+    query takes the global part's queries, one that reads the hybrid query the whole prompt.
+    StreamMem's layers read a pass over the chat template's tokens after the video. The prompt is
+    tokenized again only when the conversation's last turn changes, not for every chunk."""
+
+    def __init__(self, lm: VideoLM) -> None:
+        self.lm = lm
+        self._prompt: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None  # (turn, ids, global part)
+
+    def prompt(self, last_turn: tuple[str, str] | None) -> tuple[torch.Tensor, int]:
+        """The guidance prompt's ids after `last_turn` (the last question and answer), and the length
+        of its global part."""
+        if self._prompt is None or self._prompt[0] != last_turn:
+            ids, n_global = guidance_prompt(self.lm.encode, self.lm.video_close, last_turn)
+            self._prompt = (last_turn, ids, n_global)
+        return self._prompt[1], self._prompt[2]
+
+    def attention(
+        self, memory: HermesCache, policy: MemoryPolicy, last_turn: tuple[str, str] | None
+    ) -> list[torch.Tensor | None] | None:
+        """W per layer over its slots after the prefix, for the layers `policy` probes; None when it
+        needs no probe. The memory is left untouched."""
+        wanted = {layer: policy.guidance(tier) for layer, tier in enumerate(memory.tiers.tiers)}
+        if all(query is None for query in wanted.values()):
+            return None
+        weights: dict[int, torch.Tensor] = {}
+        guided = [layer for layer, query in wanted.items() if query in ("global", "hybrid")]
+        if guided:
+            ids, n_global = self.prompt(last_turn)
+            part = {"global": slice(0, n_global), "hybrid": slice(None)}
+            weights |= probe_attention(self.lm, memory, ids, {layer: part[wanted[layer]] for layer in guided})
+        templated = [layer for layer, query in wanted.items() if query == "template"]
+        if templated:
+            weights |= probe_attention(self.lm, memory, self.lm.template_ids(), dict.fromkeys(templated, slice(None)))
+        p, s = memory.prefix_len, memory.slots
+        return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(wanted))]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psutil
@@ -21,6 +23,30 @@ def now_ms(device: torch.device | None = None) -> float:
     if device is not None:
         sync(device)
     return time.perf_counter() * 1000.0
+
+
+class Stopwatch:
+    """Milliseconds spent in named phases of one piece of work, each timed after the device has
+    caught up (`now_ms`); a phase entered twice adds up."""
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device = device
+        self._ms: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = now_ms(self.device)
+        try:
+            yield
+        finally:
+            self._ms[name] = self._ms.get(name, 0.0) + now_ms(self.device) - start
+
+    def __getitem__(self, name: str) -> float:
+        """Milliseconds of phase `name` (0 if it never ran)."""
+        return self._ms.get(name, 0.0)
+
+    def total(self, *names: str) -> float:
+        return sum(self[name] for name in names)
 
 
 def process_rss() -> int:

@@ -1,12 +1,12 @@
 """ReKV's question-time step: each layer brings back its best frames from the host store while the
-model reads the question.
+model reads the question's own words, and then the whole prompt is read after them.
 
-Before the forward pass every layer of the cache takes the same number of columns after the
-memory (transformers sizes one mask for all layers); as the pass reaches a layer, a hook reads
-that layer's question queries (before RoPE, as ReKV does), ranks the frames outside the window by
-`FrameRetrieval.rank` and writes the chosen frames' keys and values into those columns, at the
-positions they were computed at. The question's own tokens follow. The caller drops them all
-afterwards (they are scratch tokens of the cache).
+Before the retrieval pass every layer of the cache takes the same number of columns after the
+memory (transformers sizes one mask for all layers); as the pass over the question's words
+reaches a layer, a hook reads that layer's queries of them (before RoPE, as ReKV does), ranks the
+frames outside the window by `FrameRetrieval.rank` and writes the chosen frames' keys and values
+into those columns, at the positions they were computed at. The words are then dropped and the
+prompt read after the frames. The caller drops everything afterwards (scratch tokens of the cache).
 """
 
 from __future__ import annotations
@@ -19,21 +19,40 @@ import torch
 
 from hermes.engine.guidance import head_queries
 from hermes.engine.metrics import now_ms
+from hermes.engine.policy import QuestionCost, QuestionState, QuestionStep
+from hermes.memory.buffer import kv_bytes
 from hermes.memory.cache import ChunkMeta, HermesCache
+from hermes.memory.persist import STORE, MemoryFile, MemoryFileError, pack_store, unpack_store
 from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rivals.rekv import FrameRetrieval
 from hermes.models.base import VideoLM
 
 
 @dataclass
-class RetrievalCost:
+class RetrievalCost(QuestionCost):
     """What one question's retrieval cost: the similarity search and the host-to-device copy
     summed over layers, the tokens each layer brought back, and their bytes over all layers."""
 
-    ms: float = 0.0
-    tokens: int = 0
-    bytes: int = 0
+    ms: float | None = 0.0
     frames: dict[int, list[int]] = field(default_factory=dict)  # per layer, the frames brought back
+
+
+@dataclass(frozen=True)
+class Retrieval(QuestionStep):
+    """ReKV's question-time step: every frame kept in host memory, each layer's best `top_k` frames
+    brought back per question (`HostRetrieval`, per stream)."""
+
+    rule: FrameRetrieval
+    batchable = False  # each layer brings back its own frames: a row would not be a copy of the memory
+    keeps_host_store = True
+    keeps_positions = True  # frames come back unrotated, at the positions they were computed at
+
+    def device_room(self, block_tokens: int) -> int:
+        """`top_k` frame blocks of at most `block_tokens` tokens each."""
+        return self.rule.top_k * block_tokens
+
+    def start(self, memory: HermesCache, name: str, host_cap: int | None) -> HostRetrieval:
+        return HostRetrieval(self.rule, memory, name, host_cap)
 
 
 def candidate_blocks(memory: HermesCache, store: HostStore) -> torch.Tensor:
@@ -99,7 +118,7 @@ class FrameRetriever:
         return hook
 
 
-class HostRetrieval:
+class HostRetrieval(QuestionState):
     """A retrieval policy's side of a session (ReKV): the host store of every frame and its cap,
     the device room its questions take, and the question's forward with the frames brought back.
 
@@ -111,7 +130,11 @@ class HostRetrieval:
         self.name = name
         self.cap_bytes = cap_bytes
         self.store = HostStore(memory.rope)
-        self.last: RetrievalCost | None = None  # the last question's
+        self.last = RetrievalCost()  # the last question's
+
+    def start_position(self, memory: HermesCache, tokens: int) -> int:
+        """After every frame held: positions are never compacted (see the class's note)."""
+        return self.next_position(memory)
 
     def next_position(self, memory: HermesCache) -> int:
         """Where new tokens go: after the window and after every frame of the store (the window
@@ -126,8 +149,9 @@ class HostRetrieval:
         _, counts = torch.unique_consecutive(frames, return_counts=True)
         return self.rule.top_k * int(counts.max())
 
-    def keep(self, memory: HermesCache, meta: ChunkMeta) -> None:
-        """Copy the chunk `meta` describes, just written after the memory, into the host store."""
+    def after_prefill(self, memory: HermesCache, meta: ChunkMeta) -> None:
+        """Copy the chunk `meta` describes, just written after the memory, into the host store
+        (every frame, as computed, before the window moves on)."""
         end, n = memory.get_seq_length(), len(meta)
         self.store.add(
             [(k[..., end - n :, :], v[..., end - n :, :]) for k, v in memory.kv()], meta.frames, meta.positions
@@ -155,13 +179,27 @@ class HostRetrieval:
             )
         return None
 
+    def host_bytes(self) -> int:
+        return self.store.nbytes()
+
+    def pack(self) -> MemoryFile:
+        return pack_store(self.store)
+
+    def unpack(self, memory: MemoryFile) -> None:
+        if STORE not in memory.header:
+            raise MemoryFileError("the memory file is damaged: its host store does not match its policy")
+        self.store = unpack_store(memory, self.store.rope)
+
+    def cost(self) -> RetrievalCost:
+        return self.last
+
     @staticmethod
     def _bytes_for(memory: HermesCache, tokens: int, frames: int) -> int:
         """Host bytes `tokens` tokens in `frames` frame blocks add to the store: key and value in
         every layer, and one fp32 mean key per block and layer."""
-        k = memory.kv_layers[0].keys
-        per_layer_head = k.shape[1] * k.shape[-1]
-        return len(memory.kv_layers) * per_layer_head * (2 * tokens * k.element_size() + 4 * frames)
+        _, heads, _, dim = memory.kv_layers[0].keys.shape
+        itemsize = memory.kv_layers[0].keys.element_size()
+        return len(memory.kv_layers) * (kv_bytes(tokens, heads, dim, itemsize) + kv_bytes(frames, heads, dim, 4, 1))
 
     def forward(
         self,
@@ -169,17 +207,27 @@ class HostRetrieval:
         memory: HermesCache,
         ids: torch.Tensor,
         positions: torch.Tensor,
+        query: torch.Tensor,
         **kwargs: Any,
     ) -> torch.Tensor:
-        """`lm` over question tokens after the memory (scratch tokens), each layer first bringing
-        back its best frames that have left the window (`FrameRetriever`); the cost in `last`."""
+        """`lm` over question tokens `ids` after the memory (scratch tokens), once each layer has
+        brought back its best frames that have left the window; the cost in `last`.
+
+        As in ReKV, the frames are chosen in a pass of their own over the `query` tokens alone (the
+        question's words: `FrameRetriever`'s hooks read their queries); those tokens are then
+        dropped, the frames stay, and `ids` (the whole prompt) follow at the same positions."""
         candidates = candidate_blocks(memory, self.store)
         if candidates.numel() == 0:  # every frame is still in the window
             self.last = RetrievalCost()
             return lm.forward(memory, ids, positions, **kwargs)
         tokens = self.rule.tokens_to_bring(self.store.block_length[candidates], self.rule.top_k)
-        memory.reserve(tokens + ids.shape[-1])
+        n = query.shape[-1]
+        memory.reserve(tokens + max(n, ids.shape[-1]))
         with FrameRetriever(lm.attention_modules(), memory, self.store, self.rule, candidates, tokens) as retriever:
-            logits = lm.forward(memory, ids, positions, **kwargs)
+            lm.forward(memory, query, positions[:, :1] + torch.arange(n))
+        for layer in memory.kv_layers:
+            layer.crop(-n)
+        for state in memory.state_layers:  # a hybrid model's linear layers read the query too
+            state.discard()
         self.last = retriever.cost
-        return logits
+        return lm.forward(memory, ids, positions, **kwargs)

@@ -1,15 +1,19 @@
 """StreamingSession: chunks in, compact memory kept, questions answered from it.
 
-The data path of the paper, one call per step: `ingest` prefills a chunk into the cache, runs the
-guidance pass and lets the policy evict (scoring per tier, smoothing across layers, Top-K with a
-summary, re-indexing); `ask` appends the question after the memory, decodes greedily and leaves
-the memory exactly as it was. Headless: the CLI, the web app, tests and benchmarks all drive it.
+The data path of the paper as steps, one method each: `ingest` turns a chunk into the model's
+inputs (`_inputs`: padded to the frame multiple, through the policy's input filter), prefills them
+after the memory (`_prefill`), lets the policy compress the memory back to its budget
+(`_compress`: guidance pass, scoring per tier, smoothing across layers, selection, re-indexing)
+and reports what that cost (`_report`), the phases timed by one `Stopwatch`. Questions are read by
+a `MemoryReader` (hermes/engine/answering.py), which is given the model, the memory, the policy's
+question-time state and the stream's progress, and leaves the memory exactly as it was.
+Headless: the CLI, the web app, tests and benchmarks all drive it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -23,19 +27,16 @@ from hermes.engine.answering import (
     QuestionError,
     validate_question,
 )
-from hermes.engine.chunk import Chunk
-from hermes.engine.filtering import FilteredInputs, check_input_filter
-from hermes.engine.guidance import guidance_prompt, probe_attention
-from hermes.engine.metrics import memory_reading, now_ms
-from hermes.engine.retrieval import HostRetrieval, RetrievalCost
+from hermes.engine.chunk import Chunk, StreamProgress
+from hermes.engine.guidance import GuidanceProbe
+from hermes.engine.methods import DEFAULT_POLICY, as_spec
+from hermes.engine.metrics import Stopwatch
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
 from hermes.memory.cache import ChunkMeta, HermesCache
-from hermes.memory.compression import AttentionRecord, compress
+from hermes.memory.compression import AttentionRecord, CompressionReport, compress
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
-from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.snapshot import MemorySnapshot
-from hermes.models.base import VideoLM
+from hermes.models.base import ChunkInputs, VideoLM
 
 # The reading side's names, re-exported: callers take a session's whole interface from here.
 __all__ = [
@@ -84,231 +85,209 @@ class ChunkReport:
     # one that fired (in the same order as the fired checks).
     watches: list[WatchCheck] = field(default_factory=list)
     alerts: list[AnswerUpdate] = field(default_factory=list)
-    host_bytes: int = 0  # a retrieval policy's host store (ReKV), after this chunk
+    host_bytes: int = 0  # what the policy's question-time step holds in host memory (ReKV), after this chunk
+
+    def numbers(self) -> ChunkReport:
+        """This report without what a long history must not hold for every chunk: the attention
+        record and the standing checks (a view keeps those apart, bounded)."""
+        return replace(self, attention=(), watches=[], alerts=[])
 
 
-class StreamingSession(MemoryReader):
-    """One stream, one memory: ingest chunks, answer questions at any moment."""
+class StreamingSession:
+    """One stream, one memory: ingest chunks, answer questions at any moment.
+
+    `policy` is a parsed `PolicySpec` (a name is parsed here, for a library caller, with `params`);
+    `host_cap_bytes` bounds what its question-time step may keep in host memory (ReKV's store)."""
 
     def __init__(
         self,
         lm: VideoLM,
         config: HermesConfig | None = None,
-        policy: str = "hermes",
+        policy: str = DEFAULT_POLICY,
         max_question_chars: int = MAX_QUESTION_CHARS,
         params: Mapping[str, Any] | None = None,
         host_cap_bytes: int | None = None,
     ) -> None:
         config = config or HermesConfig()
-        self.host_cap_bytes = host_cap_bytes  # a retrieval policy's host store stops the stream there
-        self.max_question_chars = max_question_chars
         if config.max_positions is None:
             config = config.with_(max_positions=lm.max_positions)
         self.lm = lm
         self.config = config
-        self.policy = make_policy(policy, config, params)
-        self.input_filter = None
-        if self.policy.input_filter is not None:
-            check_input_filter(lm, self.policy.name)
-            self.input_filter = FilteredInputs(lm, self.policy.input_filter)
+        self.host_cap_bytes = host_cap_bytes
+        self.max_question_chars = max_question_chars
+        self.policy = as_spec(policy, params).build(config)
+        self.input_filter = self.policy.inputs(lm)
+        self.guidance = GuidanceProbe(lm)
         # Standing questions outlive a reset (they are the viewer's, not the stream's).
         self.standing = StandingQuestions(AnswerWords.for_lm(lm), max_chars=max_question_chars)
         self.reset()
 
-    # -- lifecycle ----------------------------------------------------------------------
-    def reset(self) -> None:
-        """Forget the stream: a fresh memory holding only the text prefix."""
-        self.memory = HermesCache(
-            self.lm.num_layers, self.lm.rope_spec(), self.config, self.policy.capacity, linear=self.lm.linear_layers
-        )
-        ids = self.lm.prefix_ids()
-        self.lm.forward(self.memory, ids, torch.arange(ids.shape[-1])[None])
-        self.memory.commit_prefix()
-        self.frames_seen = 0
-        self.stream_time_s = 0.0
-        self.chunks_seen = 0
+    def reset(self, memory: HermesCache | None = None) -> None:
+        """Forget the stream: a fresh memory holding only the text prefix (or `memory`, one loaded
+        from a memory file, whose stream the caller then restores), and a fresh reader of it."""
+        if memory is None:
+            memory = HermesCache(
+                self.lm.num_layers, self.lm.rope_spec(), self.config, self.policy.capacity, linear=self.lm.linear_layers
+            )
+            ids = self.lm.prefix_ids()
+            self.lm.forward(memory, ids, torch.arange(ids.shape[-1])[None])
+            memory.commit_prefix()
+        self.memory = memory
+        self.progress = StreamProgress()
         self.last_chunk: ChunkReport | None = None  # with the attention record of its compression
         self.watch_cost = WatchCost()
-        self.answers: list[AnswerUpdate] = []  # the last ANSWERS_KEPT
-        self.last_turn: tuple[str, str] | None = None
-        self._guidance: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None
-        if self.input_filter is not None:
-            self.input_filter.reset()
-        rule = self.policy.retrieval
-        self.retrieval = (
-            None if rule is None else HostRetrieval(rule, self.memory, self.policy.name, self.host_cap_bytes)
-        )
+        self.input_filter.reset()
+        self.question = self.policy.question.start(self.memory, self.policy.name, self.host_cap_bytes)
+        self.reader = MemoryReader(self.lm, self.memory, self.question, self.progress, self.max_question_chars)
         self.standing.rearm()
 
-    # -- streaming -----------------------------------------------------------------------
-    def ingest(self, chunk: Chunk) -> ChunkReport:
-        """Prefill one chunk into the memory, then compress it back to the budget: guidance pass,
-        score per tier, smooth, Top-K with the summary, and re-index positions if eager."""
-        pixels = chunk.pixels
-        multiple = self.lm.frame_multiple
-        if len(pixels) % multiple:  # Qwen2.5-VL and Qwen3-VL merge frame pairs: repeat the last frame
-            pixels = np.concatenate([pixels, np.repeat(pixels[-1:], multiple - len(pixels) % multiple, axis=0)])
-        inputs = self.lm.chunk_inputs(pixels, self.config.fps, chunk.timestamps)
-        encoded = inputs.num_tokens
-        if self.input_filter is not None:
-            inputs = self.input_filter(inputs)
-        ids = np.asarray(chunk.frame_ids)
-        frame_ids = torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)])
-        device = self.lm.device
+    @property
+    def frames_seen(self) -> int:
+        return self.progress.frames_seen
 
+    @property
+    def stream_time_s(self) -> float:
+        return self.progress.stream_time_s
+
+    @property
+    def chunks_seen(self) -> int:
+        return self.progress.chunks_seen
+
+    # -- streaming -----------------------------------------------------------------------------
+    def ingest(self, chunk: Chunk) -> ChunkReport:
+        """Prefill one chunk into the memory, then compress it back to the budget; StreamBound, the
+        memory unchanged, when a bound of the policy stops the stream before it."""
+        inputs, frame_ids, encoded = self._inputs(chunk)
         note = self.bound_note(inputs.num_tokens)
         if note is not None:
             raise StreamBound(note)
-        t0 = now_ms(device)
-        self.memory.discard()  # a chunk follows the memory alone, never a reader's leftovers
-        compactions = self.memory.compactions
-        # A lazy compaction may run here; never for a retrieval policy (see `HostRetrieval`).
-        start = self.memory.start_position(inputs.num_tokens) if self.retrieval is None else self.next_position()
-        t_lazy = now_ms(device)
+        clock, compactions = Stopwatch(self.lm.device), self.memory.compactions
+        self._prefill(inputs, frame_ids, clock)
         lazy = self.memory.compactions > compactions
-        positions = inputs.rel_positions + start
-        room = 0 if self.retrieval is None else self.retrieval.room(frame_ids)
-        self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + room)
-        if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
-            self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
-            meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
-            if self.retrieval is not None:  # every frame to host memory, as computed, before the window moves on
-                self.retrieval.keep(self.memory, meta)
-            self.memory.commit(meta)
-        t1 = now_ms(device)
-        report, guidance_ms, reindex_ms = None, 0.0, t_lazy - t0 if lazy else 0.0
-        capacity = self.policy.capacity
-        if capacity is not None and self.memory.slots > capacity:
-            attention = self.guidance_attention()
-            t_guided = now_ms(device)
-            guidance_ms = t_guided - t1
-            report = compress(self.memory, self.policy, attention)
-            if self.config.reindex == "eager" and self.retrieval is None:  # rekv keeps original positions
-                t_kept = now_ms(device)
-                self.memory.reindex()
-                reindex_ms += now_ms(device) - t_kept
-        t2 = now_ms(device)
+        compression = self._compress(clock)
+        self.progress.advance(chunk)
+        report = self._report(inputs, encoded, compression, clock, lazy, self.memory.compactions > compactions)
+        if len(self.standing):
+            report.watches, report.alerts = self.check_standing()
+            self.watch_cost.add(report.watches, report.prefill_ms)
+        self.progress.chunks_seen += 1
+        self.last_chunk = report
+        return report
 
-        self.frames_seen += chunk.num_frames
-        self.stream_time_s = chunk.end
-        out = ChunkReport(
-            chunk_index=self.chunks_seen,
-            frames_seen=self.frames_seen,
-            stream_time_s=self.stream_time_s,
+    def _inputs(self, chunk: Chunk) -> tuple[ChunkInputs, torch.Tensor, int]:
+        """The chunk as the model's inputs (after the policy's input filter), each token's frame in
+        the stream, and the tokens encoded before the filter."""
+        pixels = chunk.padded_pixels(self.lm.frame_multiple)  # Qwen merges frame pairs
+        inputs = self.lm.chunk_inputs(pixels, self.config.fps, chunk.timestamps)
+        encoded = inputs.num_tokens
+        inputs = self.input_filter(inputs)
+        ids = np.asarray(chunk.frame_ids)  # a padding frame counts as the chunk's last one
+        return inputs, torch.as_tensor(ids[np.minimum(inputs.frames.numpy(), len(ids) - 1)]), encoded
+
+    def _prefill(self, inputs: ChunkInputs, frame_ids: torch.Tensor, clock: Stopwatch) -> None:
+        """Write the chunk's tokens after the memory and commit them as video slots."""
+        with clock.phase("position"):  # a lazy compaction may run here
+            self.memory.discard()  # a chunk follows the memory alone, never a reader's leftovers
+            start = self.question.start_position(self.memory, inputs.num_tokens)
+        with clock.phase("prefill"):
+            positions = inputs.rel_positions + start
+            self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + self.question.room(frame_ids))
+            if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
+                self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
+                meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
+                self.question.after_prefill(self.memory, meta)
+                self.memory.commit(meta)
+
+    def _compress(self, clock: Stopwatch) -> CompressionReport | None:
+        """Back to the policy's capacity if the memory holds more: guidance pass, scoring,
+        smoothing, selection, and re-indexing if eager; None when there was nothing to do."""
+        if not self.policy.over_capacity(self.memory.slots):
+            return None
+        with clock.phase("guidance"):
+            attention = self.guidance_attention()
+        with clock.phase("evict"):
+            compression = compress(self.memory, self.policy, attention)
+        if self.config.reindex == "eager" and not self.policy.question.keeps_positions:
+            with clock.phase("reindex"):
+                self.memory.reindex()
+        return compression
+
+    def _report(
+        self,
+        inputs: ChunkInputs,
+        encoded: int,
+        compression: CompressionReport | None,
+        clock: Stopwatch,
+        lazy: bool,
+        reindexed: bool,
+    ) -> ChunkReport:
+        """What the chunk cost and left behind; a lazy compaction before the prefill counts as
+        compression and re-indexing."""
+        progress = self.progress
+        return ChunkReport(
+            chunk_index=progress.chunks_seen,
+            frames_seen=progress.frames_seen,
+            stream_time_s=progress.stream_time_s,
             tokens=inputs.num_tokens,
             dropped=encoded - inputs.num_tokens,
-            prefill_ms=t1 - t_lazy,
-            compress_ms=(t2 - t1) + (t_lazy - t0),
-            guidance_ms=guidance_ms,
-            reindex_ms=reindex_ms,
-            evicted=sum(report.evicted) if report else 0,
-            reindexed=self.memory.compactions > compactions,  # lazily before the prefill, or eagerly after
+            prefill_ms=clock["prefill"],
+            compress_ms=clock.total("position", "guidance", "evict", "reindex"),
+            guidance_ms=clock["guidance"],
+            reindex_ms=(clock["position"] if lazy else 0.0) + clock["reindex"],
+            evicted=sum(compression.evicted) if compression else 0,
+            reindexed=reindexed,
             cache_bytes=self.memory.cache_bytes(),
             video_tokens_per_layer=self.memory.video_tokens_per_layer(),
-            attention=report.attention if report else (),
+            attention=compression.attention if compression else (),
             host_bytes=self.host_bytes(),
         )
-        if len(self.standing):
-            out.watches, out.alerts = self.check_standing()
-            self.watch_cost.add(out.watches, out.prefill_ms)
-        self.chunks_seen += 1
-        self.last_chunk = out
-        return out
 
     def check_standing(self) -> tuple[list[WatchCheck], list[AnswerUpdate]]:
         """Ask each standing question of the memory as it is now, read-only like any question, and
         write a short answer for each one that fired. Alerts are not remembered as the last turn, so
         watching never changes what the memory keeps."""
-        checks = self.standing.check(self.first_token_logprobs, self.stream_time_s, self.lm.device)
-        alerts = [
-            self.ask(check.question, self.standing.answer_tokens, remember=False) for check in checks if check.fired
-        ]
-        return checks, alerts
+        reader = self.reader
+        checks = self.standing.check(reader.first_token_logprobs, self.stream_time_s, self.lm.device)
+        answer = self.standing.answer_tokens
+        return checks, [reader.ask(check.question, answer, remember=False) for check in checks if check.fired]
 
     def guidance_attention(self) -> list[torch.Tensor | None] | None:
         """W per layer over its slots after the prefix, for the layers the policy probes; None when
-        the policy needs no probe. The memory is left untouched.
-
-        HERMES's layers read one forward pass over the guidance prompt: a layer that reads the
-        global query takes the global part's queries, one that reads the hybrid query the whole
-        prompt. StreamMem's layers read a pass over the chat template's tokens after the video."""
-        tiers = self.memory.tiers
-        wanted = {layer: self.policy.guidance(tier) for layer, tier in enumerate(tiers.tiers)}
-        if all(query is None for query in wanted.values()):
-            return None
-        weights: dict[int, torch.Tensor] = {}
-        guided = [layer for layer, query in wanted.items() if query in ("global", "hybrid")]
-        if guided:
-            ids, n_global = self._guidance_ids()
-            part = {"global": slice(0, n_global), "hybrid": slice(None)}
-            weights |= probe_attention(self.lm, self.memory, ids, {layer: part[wanted[layer]] for layer in guided})
-        templated = [layer for layer, query in wanted.items() if query == "template"]
-        if templated:
-            weights |= probe_attention(
-                self.lm, self.memory, self.lm.template_ids(), {layer: slice(None) for layer in templated}
-            )
-        p, s = self.memory.prefix_len, self.memory.slots
-        return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(tiers))]
-
-    # -- a retrieval policy's host store (ReKV) ------------------------------------------
-    @property
-    def store(self) -> HostStore | None:
-        """A retrieval policy's host store of every frame; None for other policies."""
-        return None if self.retrieval is None else self.retrieval.store
-
-    @property
-    def last_retrieval(self) -> RetrievalCost | None:
-        """What the last question's retrieval cost; None for other policies."""
-        return None if self.retrieval is None else self.retrieval.last
-
-    def next_position(self) -> int:
-        """Where new tokens go: after the memory (and a retrieval policy's stored frames)."""
-        return self.memory.next_position if self.retrieval is None else self.retrieval.next_position(self.memory)
-
-    def host_bytes(self) -> int:
-        """Host memory of a retrieval policy's store; 0 for other policies."""
-        return 0 if self.store is None else self.store.nbytes()
+        the policy needs no probe (`GuidanceProbe.attention`). The memory is left untouched."""
+        return self.guidance.attention(self.memory, self.policy, self.reader.last_turn)
 
     def bound_note(self, tokens: int) -> str | None:
-        """Why a next chunk of `tokens` tokens cannot go in (a retrieval policy's host cap or
-        positions); None when it can."""
-        if self.retrieval is None:
-            return None
-        return self.retrieval.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
+        """Why a next chunk of `tokens` tokens cannot go in (a bound of the policy: ReKV's host cap
+        or positions); None when it can."""
+        return self.question.bound_note(self.memory, tokens, self.config.chunk_frames, self.frames_seen)
 
-    def _forward_question(self, ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """The model over question tokens after the memory, as scratch tokens; a retrieval policy
-        first brings back each layer's best frames (`HostRetrieval.forward`)."""
-        if self.retrieval is None:
-            return self.lm.forward(self.memory, ids, positions, **kwargs)
-        return self.retrieval.forward(self.lm, self.memory, ids, positions, **kwargs)
+    # -- reading: the `MemoryReader`'s questions (`query`: the words a question-time step reads) ----
+    def ask_stream(
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
+    ) -> Iterator[AnswerUpdate]:
+        """The answer from the memory as it is now, token by token (`MemoryReader.ask_stream`)."""
+        return self.reader.ask_stream(question, max_new_tokens, remember, query)
 
-    def _guidance_ids(self) -> tuple[torch.Tensor, int]:
-        """The guidance prompt's ids and the length of its global part. Tokenized again only when
-        the last question and answer change, not for every chunk."""
-        if self._guidance is None or self._guidance[0] != self.last_turn:
-            ids, n_global = guidance_prompt(self.lm.encode, self.lm.video_close, self.last_turn)
-            self._guidance = (self.last_turn, ids, n_global)
-        return self._guidance[1], self._guidance[2]
+    def ask(
+        self, question: str, max_new_tokens: int = MAX_NEW_TOKENS, remember: bool = True, query: str | None = None
+    ) -> AnswerUpdate:
+        """The answer's last update: text, TTFT, TPOT, top log-probabilities (`MemoryReader.ask`)."""
+        return self.reader.ask(question, max_new_tokens, remember, query)
 
-    # -- reading ---------------------------------------------------------------------------
-    def frames_in_memory(self) -> int:
-        """Distinct frames of which at least one token is still kept in some layer."""
-        return self.memory.snapshot().frames_in_memory()
+    def first_token_logprobs(self, question: str, query: str | None = None) -> torch.Tensor:
+        """The first answer token's log-probabilities (vocab,) (`MemoryReader.first_token_logprobs`)."""
+        return self.reader.first_token_logprobs(question, query)
+
+    def continuation_logprobs(
+        self, question: str, continuation: list[int], query: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each continuation token's log-probability, and whether it is the greedy choice
+        (`MemoryReader.continuation_logprobs`)."""
+        return self.reader.continuation_logprobs(question, continuation, query)
+
+    def host_bytes(self) -> int:
+        """Host memory the policy's question-time step holds (ReKV's store of every frame)."""
+        return self.question.host_bytes()
 
     def snapshot(self) -> MemorySnapshot:
         return self.memory.snapshot()
-
-    def metrics(self) -> dict:
-        """Current numbers for the CLI, the UI and benchmarks."""
-        mem = memory_reading(self.lm.device)
-        return {
-            "frames_seen": self.frames_seen,
-            "stream_time_s": self.stream_time_s,
-            "cache_bytes": self.memory.cache_bytes(),
-            "host_bytes": self.host_bytes(),
-            "video_tokens_per_layer": self.memory.video_tokens_per_layer(),
-            "rss_bytes": mem.rss_bytes,
-            "gpu_allocated_bytes": mem.gpu_allocated_bytes,
-            "gpu_peak_bytes": mem.gpu_peak_bytes,
-        }

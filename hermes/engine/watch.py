@@ -15,7 +15,7 @@ reads the memory for it and writes the short answer when one fires.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -199,6 +199,15 @@ class StandingQuestions:
         stream checks its viewer's with `validate_standing`): those already watched keep their
         state, the others start fresh, in the list's order."""
         self._above = {q: self._above.get(q, False) for q in questions}
+
+    def alert_state(self) -> dict[str, bool]:
+        """Each question, in order, and whether its p(yes) was above the threshold at its last check."""
+        return dict(self._above)
+
+    def set_alert_state(self, above: Mapping[str, bool]) -> None:
+        """Watch exactly the questions of `above` (checked when they were first added), each in its
+        saved alert state: a stream loaded from its memory file alerts as the saved one would."""
+        self._above = {str(q): bool(v) for q, v in above.items()}
 
     def set_threshold(self, threshold: float) -> None:
         self.threshold = check_threshold(threshold)

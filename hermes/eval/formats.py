@@ -37,7 +37,7 @@ from hermes.eval.items import (
     text_field,
 )
 from hermes.eval.mvbench import load_mvbench
-from hermes.eval.prompts import LMMS_STOP, ovo_choice_prompt, ovo_forward_prompt, videomme_prompt
+from hermes.eval.prompts import ovo_choice_prompt, ovo_forward_prompt, videomme_prompt
 from hermes.eval.streamingbench import load_streamingbench
 
 OVO_BACKWARD = ("EPM", "ASI", "HLD")
@@ -155,7 +155,6 @@ def load_videomme(path: str | Path) -> tuple[list[Item], list[Problem]]:
                 rule="videomme",
                 group=str(entry.get("duration") or ""),
                 video_dirs=(VideoDir("data"),),
-                stop=LMMS_STOP,
             )
         ]
 

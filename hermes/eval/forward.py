@@ -29,7 +29,7 @@ def answer_forward(session: StreamingSession, item: ForwardItem, max_new_tokens:
     (pred, correct, p_yes, text, text_pred, ttft_ms). QuestionError if the prompt is refused."""
     prompt = item.prompt
     if item.task == "REC":
-        answer = session.ask(prompt, max(max_new_tokens, REC_MIN_NEW_TOKENS))
+        answer = session.ask(prompt, max(max_new_tokens, REC_MIN_NEW_TOKENS), query=item.question)
         pred = credited(item.task, answer.text, item.answer)
         return {
             "pred": pred,
@@ -41,9 +41,9 @@ def answer_forward(session: StreamingSession, item: ForwardItem, max_new_tokens:
             "text_counted": True,
             "ttft_ms": answer.ttft_ms,
         }
-    p_yes = session.standing.words.p_yes(session.first_token_logprobs(prompt))
+    p_yes = session.standing.words.p_yes(session.first_token_logprobs(prompt, query=item.question))
     pred = "Yes" if p_yes > 0.5 else "No"
-    answer = session.ask(prompt, max_new_tokens) if max_new_tokens > 0 else None
+    answer = session.ask(prompt, max_new_tokens, query=item.question) if max_new_tokens > 0 else None
     return {
         "pred": pred,
         "correct": ovo_correct(item.task, pred, item.answer),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,14 +63,6 @@ def letter_token_ids(lm: VideoLM, n: int) -> list[list[int]]:
 def score_options(logprobs: torch.Tensor, letter_ids: Sequence[Sequence[int]]) -> dict[str, float]:
     """Each option letter's log-probability: the best among the tokens that spell it."""
     return {LETTERS[i]: float(logprobs[list(ids)].max()) for i, ids in enumerate(letter_ids)}
-
-
-def cut_at(text: str, stops: Sequence[str]) -> str:
-    """The text up to the first of `stops` (lmms-eval's `until`)."""
-    for stop in stops:
-        if stop:
-            text = text.split(stop)[0]
-    return text
 
 
 def _skip(item: Item | Problem, reason: str) -> dict:
@@ -133,10 +125,12 @@ def _answer_choice(session: StreamingSession, item: Item, letter_ids: list[list[
     """A multiple-choice question's prediction fields: the letter with the highest first-token
     log-probability, and the generated text as the benchmark's rule reads it."""
     n = len(item.options)
-    scores = score_options(session.first_token_logprobs(item.prompt), letter_ids[:n])
-    answer = session.ask(item.prompt, settings.max_new_tokens) if settings.max_new_tokens > 0 else None
+    # A retrieval policy (rekv) retrieves with the question alone, not the prompt's instructions and options.
+    scores = score_options(session.first_token_logprobs(item.prompt, query=item.question), letter_ids[:n])
+    tokens = settings.max_new_tokens
+    answer = session.ask(item.prompt, tokens, query=item.question) if tokens > 0 else None
     pred = max(scores, key=scores.__getitem__)
-    text = cut_at(answer.text, item.stop) if answer else ""
+    text = answer.text if answer else ""
     read = text_score(item.rule, text, item.answer, n) if answer else None
     return {
         "pred": pred,
@@ -286,27 +280,46 @@ def run_eval(
             write(_skip(problem, f"malformed entry: {problem.reason}"))
         for video_group in mine:
             group = [it for it in video_group if it.qid not in done]
-            if not group:
-                continue
-            path, why = finder.find(group[0])
-            if path is None:
-                for item in group:
-                    write(_skip(item, why))
-                continue
-            answered: set[str] = set()
-            whole = finder.whole(group[0], path)
-            try:
-                for record in _stream_video(session, path, group, letter_ids, settings, whole):
-                    record.pop("policy", None)
-                    answered.add(record["qid"])
-                    write(record)
-            except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
-                for item in group:
-                    if item.qid not in answered:
-                        write(_skip(item, str(exc)))
+            if group:
+                _answer_video(session, finder, group, letter_ids, settings, write)
     qids = [it.qid for it in items] + [p.qid for p in problems]
     if not shard.sharded:
         return summarize(read_results(out), qids)
+    return _merged_summary(out, shard, groups, problems, qids)
+
+
+def _answer_video(
+    session: StreamingSession,
+    finder: VideoFinder,
+    group: list[Item],
+    letter_ids: list[list[int]],
+    settings: EvalSettings,
+    write: Callable[[dict], None],
+) -> None:
+    """Stream the video of `group` (its questions, in order) and `write` a record per question:
+    answered, or skipped with the reason (no video, a damaged file, a bound of the policy)."""
+    path, why = finder.find(group[0])
+    if path is None:
+        for item in group:
+            write(_skip(item, why))
+        return
+    answered: set[str] = set()
+    try:
+        for record in _stream_video(session, path, group, letter_ids, settings, finder.whole(group[0], path)):
+            record.pop("policy", None)
+            answered.add(record["qid"])
+            write(record)
+    except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
+        for item in group:
+            if item.qid not in answered:
+                write(_skip(item, str(exc)))
+
+
+def _merged_summary(
+    out: Path, shard: Shard, groups: list[list[Item]], problems: list[Problem], qids: list[str]
+) -> dict | None:
+    """The summary of a sharded run once every shard's part is complete (this one merges them into
+    `out`); None while another shard is still streaming."""
     with merge_lock(out):
         parts = [read_results(part_path(out, rank, shard.world), repair=False) for rank in range(shard.world)]
         owned = [(q, shard.owner(i)) for i, group in enumerate(groups) for q in (it.qid for it in group)]

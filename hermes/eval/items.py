@@ -42,9 +42,9 @@ class Item:
 
     `at_s` is when the question is asked, in seconds of the video (None: after the whole clip).
     `start_s`/`end_s` bound the part of the video that is streamed. `prompt` is the benchmark's own
-    wording of the question; `rule` names the scorer of its generated answer, cut at the first of
-    `stop`. `video_dirs` are folders under the video root where the video may also sit, and
-    `frames_fps` the rate of the benchmark's frame folders, when it has some.
+    wording of the question; `rule` names the scorer of its generated answer. `video_dirs` are
+    folders under the video root where the video may also sit, and `frames_fps` the rate of the
+    benchmark's frame folders, when it has some.
     """
 
     qid: str
@@ -61,7 +61,6 @@ class Item:
     group: str = ""
     video_dirs: tuple[VideoDir, ...] = ()
     frames_fps: float | None = None
-    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from hermes.eval.items import (
     records,
     text_field,
 )
-from hermes.eval.prompts import LMMS_STOP, mvbench_prompt
+from hermes.eval.prompts import mvbench_prompt
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,6 @@ def load_mvbench(path: str | Path) -> tuple[list[Item], list[Problem]]:
                     end_s=end_s,
                     video_dirs=task.video_dirs() if task.original else (),
                     frames_fps=task.frames_fps,
-                    stop=LMMS_STOP,
                 )
             ]
 

@@ -59,8 +59,12 @@ class ProactiveWatch:
         if self.done:
             return None
         item = self.item
-        p_yes = session.standing.words.p_yes(session.first_token_logprobs(item.prompt))
-        reply = session.ask(item.prompt, POLL_TOKENS, remember=False).text if self.text_reply is None else None
+        p_yes = session.standing.words.p_yes(session.first_token_logprobs(item.prompt, query=item.question))
+        reply = (
+            session.ask(item.prompt, POLL_TOKENS, remember=False, query=item.question).text
+            if self.text_reply is None
+            else None
+        )
         self.polls.append({"t": at_s, "p_yes": p_yes, "reply": reply})
         answer: str | None = None
         if reply is not None and poll_says_yes(reply):
@@ -80,7 +84,8 @@ class ProactiveWatch:
 
     def _answer(self, session: StreamingSession) -> str:
         tokens = max(self.max_new_tokens, ANSWER_MIN_TOKENS)
-        update = session.ask(proactive_answer_prompt(self.item.question), tokens, remember=False)
+        question = self.item.question
+        update = session.ask(proactive_answer_prompt(question), tokens, remember=False, query=question)
         self.ttft_ms = update.ttft_ms
         return update.text
 

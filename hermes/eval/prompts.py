@@ -11,8 +11,10 @@ own, typos and spacing included:
 - Video-MME and MVBench as lmms-eval runs them (EvolvingLMMs-Lab/lmms-eval 0.7.3):
   `lmms_eval/tasks/videomme/utils.py` `videomme_doc_to_text` with `videomme.yaml`'s default
   post-prompt, and `lmms_eval/tasks/mvbench/utils.py` `mvbench_doc_to_text` with the post-prompt of
-  the `mvbench_*.yaml` tasks. lmms-eval's tasks also stop the generated text at the task's
-  `until` strings (its default, the few-shot delimiter "\\n\\n"): `LMMS_STOP`.
+  the `mvbench_*.yaml` tasks. Their `until` (the few-shot delimiter "\\n\\n", as they set
+  none) is not applied: lmms-eval's model classes for these backbones do not cut the generated
+  text there (`Llava_OneVision` drops `until`; the Qwen2.5-VL, Qwen3-VL and Qwen3.5 chat classes,
+  which lmms-eval picks first, apply none, and their simple classes remove "\\n\\n" from it).
 
 The engine strips a question of its surrounding whitespace, so a template's leading or trailing
 newline does not reach the model, here or in lmms-eval through the plugin.
@@ -24,7 +26,6 @@ import string
 from collections.abc import Sequence
 
 LETTERS = string.ascii_uppercase
-LMMS_STOP = ("\n\n",)
 
 # -- StreamingBench ---------------------------------------------------------------------------------
 

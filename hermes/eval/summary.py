@@ -39,7 +39,8 @@ def read_results(path: str | Path, repair: bool = True) -> dict[str, dict]:
 
 def accuracy(rows: list[dict]) -> dict:
     """Both accuracies of answered records: by log-probability over all of them, and by the
-    benchmark's rule over those it counts (`text_counted`; none without generated text)."""
+    benchmark's rule over those it counts (`text_counted`; none without generated text).
+    `text_generated` counts the records with generated text, counted or not."""
     correct = sum(bool(r["correct"]) for r in rows)
     scored = [r for r in rows if r.get("text_counted")]
     text = sum(bool(r.get("text_correct")) for r in scored)
@@ -47,6 +48,7 @@ def accuracy(rows: list[dict]) -> dict:
         "answered": len(rows),
         "correct": correct,
         "accuracy": correct / len(rows) if rows else None,
+        "text_generated": sum(r.get("text_correct") is not None for r in rows),
         "text_scored": len(scored),
         "text_correct": text,
         "text_accuracy": text / len(scored) if scored else None,
@@ -121,8 +123,16 @@ def _ovo(summary: dict, key: str) -> dict[str, float | None]:
 
 def _mvbench(summary: dict, key: str) -> dict[str, float | None]:
     """The mean of the task accuracies (lmms-eval scores each task; MVBench's tasks have 200
-    questions each, so on the full set this is also the mean over questions)."""
-    return {"average": _mean([t[key] for t in summary["tasks"].values()])}
+    questions each, so on the full set this is also the mean over questions). A task whose
+    generated answers were all left uncounted (empty) scores 0, as `mvbench_aggregate_results`
+    scores it; a task with no answered question, or no generated text at all, is left out."""
+
+    def task_score(t: dict) -> float | None:
+        if key == "text_accuracy" and t[key] is None and t.get("text_generated"):
+            return 0.0
+        return t[key]
+
+    return {"average": _mean([task_score(t) for t in summary["tasks"].values()])}
 
 
 def _by_group(summary: dict, key: str) -> dict[str, float | None]:

@@ -13,6 +13,12 @@ import torch
 from transformers.cache_utils import CacheLayerMixin
 
 
+def kv_bytes(tokens: int, heads: int, head_dim: int, itemsize: int, tensors: int = 2) -> int:
+    """Bytes of `tokens` tokens of one layer: `tensors` tensors (key and value; a third where an
+    origin key is kept) of `heads` heads of `head_dim` numbers of `itemsize` bytes each."""
+    return tensors * tokens * heads * head_dim * itemsize
+
+
 class BufferLayer(CacheLayerMixin):
     """Keys and values (batch, heads, columns, dim) in a buffer: columns [start, length) are in use."""
 
@@ -37,6 +43,13 @@ class BufferLayer(CacheLayerMixin):
     @property
     def device(self) -> torch.device | None:
         return None if self._k is None else self._k.device
+
+    def used_bytes(self) -> int:
+        """Bytes of the keys and values in use, every row: what a model reads, and a copy takes."""
+        if self._k is None:
+            return 0
+        batch, heads, _, dim = self._k.shape
+        return batch * kv_bytes(self.get_seq_length(), heads, dim, self._k.element_size())
 
     def reserve(self, n: int) -> None:
         """Make room in the buffer for `n` more columns."""

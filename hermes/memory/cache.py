@@ -20,14 +20,16 @@ in one step and rounds once, so keys do not drift however many compactions a str
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache
 
-from hermes.memory.buffer import BufferLayer
+from hermes.memory.buffer import BufferLayer, kv_bytes
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
@@ -46,8 +48,7 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 def kv_bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
     """Bytes one token takes in a HermesCache over all layers: key, value and, in 16-bit caches,
     the origin key."""
-    tensors = 3 if dtype in LOW_PRECISION else 2
-    return num_layers * tensors * kv_heads * head_dim * dtype.itemsize
+    return num_layers * kv_bytes(1, kv_heads, head_dim, dtype.itemsize, 3 if dtype in LOW_PRECISION else 2)
 
 
 def rank_within_frame(frames: torch.Tensor) -> torch.Tensor:
@@ -171,8 +172,9 @@ class HermesLayer(BufferLayer):
         """Bytes of keys and values of the memory (prefix and slots)."""
         if self._k is None:
             return 0
-        tensors = 2 if self._k0 is None else 3
-        return self.committed * tensors * self._k.shape[1] * self._k.shape[-1] * self._k.element_size()
+        return kv_bytes(
+            self.committed, self._k.shape[1], self._k.shape[-1], self._k.element_size(), len(self._buffers())
+        )
 
     # -- slots ----------------------------------------------------------------------------------
     @property
@@ -270,15 +272,16 @@ class HermesLayer(BufferLayer):
         """The storage laid out by slot: keys, values and, if kept, origin keys."""
         return (self._k, self._v) if self._k0 is None else (self._k, self._v, self._k0)
 
-    def _origin_keys(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys to rotate from, and the positions they sit at: the origin keys where kept."""
+    def origin_keys(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys to rotate from (the whole buffer, prefix included), and the positions of the slots
+        after the prefix: the origin keys where kept, else the keys themselves."""
         return (self._k, self.positions) if self._k0 is None else (self._k0, self.origins)
 
     def _fold(self, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Algorithm 1 as a running mean: v = (n v + sum V_ev) / (n + m), keys phase-aligned first."""
         p = self.prefix_len
         idx = (p + evicted_slots).to(self.device)
-        keys, at = self._origin_keys()
+        keys, at = self.origin_keys()
         k_ev = keys.index_select(-2, idx)
         v_ev = self._v.index_select(-2, idx)
         # Rotate every evicted key to the summary's position, so that they average in one phase.
@@ -295,7 +298,7 @@ class HermesLayer(BufferLayer):
         """The mean key and value of `slots` (slot indices after the prefix), keys first rotated to
         where the first slot sits; as many tensors as `_buffers` (the origin key too, if kept)."""
         idx = (self.prefix_len + slots).to(self.device)
-        keys, at = self._origin_keys()
+        keys, at = self.origin_keys()
         first = slots[:1]
         k = rotate_keys(keys.index_select(-2, idx), at[:, first] - at[:, slots], self.rope).float().mean(-2, True)
         v = self._v.index_select(-2, idx).float().mean(-2, True).to(self._v.dtype)
@@ -312,7 +315,7 @@ class HermesLayer(BufferLayer):
         new = compact_positions(old, p + off)
         if bool((new - old).any()):
             start, end = p + off, self.committed
-            keys, at = self._origin_keys()
+            keys, at = self.origin_keys()
             self._k[..., start:end, :] = rotate_keys(keys[..., start:end, :], new - at[:, off:], self.rope)
             self.positions = torch.cat([self.positions[:, :off], new], dim=1)
 
@@ -394,6 +397,11 @@ class HermesCache(Cache):
         """Bytes held by the memory: the keys and values of the HERMES layers, plus the states."""
         return sum(layer.nbytes() for layer in self.kv_layers) + self.state_bytes()
 
+    def copy_bytes(self) -> int:
+        """Bytes of a copy of what the model reads (keys and values in use, and the states), as a
+        batch of answers takes it."""
+        return sum(layer.used_bytes() for layer in self.kv_layers) + self.state_bytes()
+
     def storage(self) -> list[int]:
         """The data pointers of every layer's storage (they change only when a key buffer grows)."""
         kv = [t.data_ptr() for layer in self.kv_layers if layer.is_initialized for t in layer._buffers()]
@@ -416,6 +424,29 @@ class HermesCache(Cache):
             state_layers=len(self.state_layers),
             state_bytes=self.state_bytes(),
         )
+
+    # -- the memory file (hermes.memory.persist) -------------------------------------------------
+    def save(self, path: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> int:
+        """Write the memory to `path` (safetensors, written atomically), `extra` (JSON data) beside
+        it; the bytes written. A stream's whole state: `hermes.engine.persist.save_session`."""
+        from hermes.memory.persist import save_cache
+
+        return save_cache(self, path, extra)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        device: torch.device | str | Sequence[torch.device | str] | None = None,
+        rope: RopeSpec | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> HermesCache:
+        """The memory saved at `path`, on `device` (one, or one per decoder layer; default the CPU).
+        MemoryFileError when the file is damaged or not a memory, or, given the model's `rope` and
+        `dtype`, when it was saved for another model or dtype; nothing is half-loaded."""
+        from hermes.memory.persist import load_cache
+
+        return load_cache(path, device, rope, dtype)
 
     # -- filling ---------------------------------------------------------------------------------
     def reset(self) -> None:

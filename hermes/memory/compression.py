@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from hermes.memory.cache import HermesCache
-from hermes.memory.policies import LayerInputs, MemoryPolicy
+from hermes.memory.policies import MemoryPolicy
+from hermes.memory.scorer import LayerInputs
 
 AttentionRecord = tuple[np.ndarray, np.ndarray]  # (stream ids, weights) over a layer's video slots
 
@@ -32,7 +33,7 @@ def compress(
     slots after the prefix (summary included), as the engine's guidance pass measured it.
     """
     selection = policy.selection
-    if policy.scorer is None or selection is None or cache.slots <= selection.capacity:
+    if not policy.over_capacity(cache.slots):
         return None
     tiers = cache.tiers
     ids = [layer.video_ids for layer in cache.kv_layers]
@@ -41,7 +42,7 @@ def compress(
         for i, layer in enumerate(cache.kv_layers)
     ]
     scores = [
-        policy.scorer.score(layer_inputs(cache, i, video_attention[i], selection.keep(tiers[i])))
+        policy.scorer.score(layer_inputs(cache, i, video_attention[i], selection.video_slots(tiers[i])))
         for i in range(len(cache.kv_layers))
     ]
     if policy.smoothing is not None:
@@ -63,12 +64,13 @@ def compress(
     return CompressionReport(evicted=evicted, attention=record)
 
 
-def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None, keep: int) -> LayerInputs:
+def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None, slots_kept: int) -> LayerInputs:
     """What a scorer sees of `layer`: its video slots' keys and values (views of the storage, no
     copy) and bookkeeping, its tier, the slots it keeps and the probe `attention` over its slots."""
     held = cache.kv_layers[layer]
     start = held.prefix_len + held.video_offset
     off = held.video_offset
+    origin_keys, origins = held.origin_keys()
     return LayerInputs(
         layer,
         cache.tiers,
@@ -79,5 +81,8 @@ def layer_inputs(cache: HermesCache, layer: int, attention: torch.Tensor | None,
         stream_ids=held.video_ids,
         frames=held.frames[off:],
         patches=held.patches[off:],
-        keep=keep,
+        slots_kept=slots_kept,
+        origin_keys=origin_keys[..., start : held.committed, :],
+        origins=origins[:, off:],
+        rope=held.rope,
     )

@@ -37,12 +37,22 @@ class TopK:
         """Whether layers of `tier` fold evicted tokens into a summary slot."""
         return self.summary == "all" or (self.summary == "deep" and tier is Tier.LONG_TERM)
 
-    def keep(self, tier: Tier) -> int:
+    def video_slots(self, tier: Tier) -> int:
         """Video slots a layer of `tier` keeps."""
         return self.capacity - (1 if self.summarises(tier) else 0)
+
+    @property
+    def frames_kept(self) -> int | None:
+        """Frames a layer keeps, for a selection that counts frames, not slots; None here."""
+        return None
+
+    def slot_bound(self, block_tokens: int, frames_per_block: int) -> int:
+        """The most slots a layer holds once full, when a frame block (`frames_per_block` frames)
+        takes at most `block_tokens` tokens: here the capacity, whatever the frames."""
+        return self.capacity
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The video slots a layer keeps (stream order), and no merge groups."""
-        return top_k(scores, ids, self.keep(tier)), []
+        return top_k(scores, ids, self.video_slots(tier)), []

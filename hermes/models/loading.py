@@ -17,7 +17,12 @@ from hermes.models.qwen2_5_vl import Qwen25VL
 from hermes.models.qwen3_5 import Qwen35, Qwen35Moe
 from hermes.models.qwen3_vl import Qwen3VL
 
+# The model served when none is named, by device (docs/performance.md says why): on a GPU the paper's
+# LLaVA-OneVision checkpoint; on a CPU the fastest supported real checkpoint that keeps up with the
+# app's 1 frame/s on 2 cores. LLaVA-OneVision-0.5B cannot there: its SigLIP-so400m alone costs about
+# 0.6 TFLOP a frame, more than two cores multiply in two seconds.
 DEFAULT_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
+CPU_DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
 # The one table of backbones: model_type -> adapter, and each adapter names its transformers class.
 ADAPTERS: dict[str, type[VideoLM]] = {cls.arch: cls for cls in (LlavaOnevision, Qwen25VL, Qwen3VL, Qwen35, Qwen35Moe)}
 MODEL_CLASSES = ", ".join(cls.model_class for cls in ADAPTERS.values())
@@ -29,13 +34,22 @@ TINY_ALIASES: dict[str, tuple[str, int]] = {
     # Qwen3.5's real pattern (full attention every fourth layer): 12 layers give the 3 attention
     # layers that the three tiers need.
     "tiny-qwen35": ("qwen3_5", 12),
-    # The app's offline fallback: the 0.5B checkpoint's 24 layers, so its tier map looks real.
+    # The app's offline fallbacks: the default checkpoints' 24 layers, so that the tier map looks real.
     "tiny-24": ("llava_onevision", 24),
+    "tiny-qwen35-24": ("qwen3_5", 24),
 }
 # Models trained in this repository (docs/toyworld.md): alias -> checkpoint folder.
 TOY_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "toyworld" / "model"
 TRAINED_ALIASES: dict[str, Path] = {"toy": TOY_MODEL_DIR}
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
+
+
+def tiny_names(quote: str = "") -> str:
+    """The tiny aliases, for messages and help: `tiny, tiny-qwen, ... or tiny-24`, each in `quote`."""
+    names = [f"{quote}{name}{quote}" for name in TINY_ALIASES]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_CHOICES = ("auto", *DTYPES)
 # accelerate's strategies for spreading a model over the visible GPUs (and the CPU when it must).
@@ -54,6 +68,16 @@ def pick_device(device: str | None = None) -> torch.device:
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
+
+
+def default_model(device: str | torch.device | None = None) -> str:
+    """The model to serve on `device` (default: the GPU when there is one) when none is named."""
+    return CPU_DEFAULT_MODEL if pick_device(device).type == "cpu" else DEFAULT_MODEL
+
+
+def requested_model(name: str | None, device: str | torch.device | None = None) -> str:
+    """The model a command serves: `name` (--model), else $HERMES_MODEL, else the device's default."""
+    return name or os.environ.get("HERMES_MODEL") or default_model(device)
 
 
 def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
@@ -137,8 +161,7 @@ def _load_config(source: str):
         raise ModelLoadError(
             f"Cannot load model {source!r}: it is not in the local Hugging Face cache and {why}. "
             f"Download it on a connected machine ({download_command(source)}), pass a local folder, "
-            "or use --model tiny, tiny-qwen, tiny-qwen3 or tiny-qwen35 for a random-weight model of the same "
-            "architecture."
+            f"or use --model {tiny_names()} for a random-weight model of the same architecture."
         )
     try:
         return AutoConfig.from_pretrained(source), False
@@ -163,9 +186,7 @@ def load_video_lm(
     goes to `device` whole.
     """
     if not name or not name.strip():
-        raise ModelLoadError(
-            "No model given: pass a hub id, a local folder, 'tiny', 'tiny-qwen', 'tiny-qwen3' or 'tiny-qwen35'."
-        )
+        raise ModelLoadError(f"No model given: pass a hub id, a local folder, {tiny_names(chr(39))}.")
     if device_map is not None and device is not None:
         raise ValueError("give a device or a device map, not both: a device map places every layer itself")
     if isinstance(device_map, str) and device_map not in DEVICE_MAPS:

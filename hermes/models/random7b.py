@@ -7,8 +7,9 @@ Speed and memory depend on the shapes, not on the values of the weights, so `lla
 `Qwen3_5ForConditionalGeneration` from the published hyperparameters of
 llava-hf/llava-onevision-qwen2-7b-ov-hf, Qwen/Qwen2.5-VL-7B-Instruct and Qwen/Qwen3.5-0.8B and
 -9B, initialise them randomly
-in bf16 directly on the target device, and pair them with the tiny byte-level tokenizer (its ids
-are all below the 152,064-entry vocabulary, so they stay valid). Answers are noise.
+in bf16 directly on the target device, and pair them with each family's real tokenizer (its real
+vocabulary, special tokens and chat template, `hermes.models.vocab`), so that a prompt costs the
+tokens it costs the real checkpoint. Answers are noise.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoProcessor
 from transformers.utils import logging as hf_logging
 
 from hermes.models.base import VideoLM
 from hermes.models.loading import ADAPTERS, ModelLoadError, pick_device, resolve_dtype
-from hermes.models.tiny import ensure_tiny
+from hermes.models.tiny import PROCESSORS
+from hermes.models.vocab import real_tokenizer
 
 # Qwen2-7B, the language model of LLaVA-OneVision-7B.
 QWEN2_7B_TEXT: dict[str, Any] = {
@@ -213,8 +214,8 @@ def random_config(name: str, tokenizer: Any, text: dict | None = None, vision: d
 
 
 def _processor(arch: str) -> Any:
-    """The tiny checkpoint's processor; for Qwen2.5-VL with the real video pixel bounds."""
-    processor = AutoProcessor.from_pretrained(ensure_tiny(arch), local_files_only=True)
+    """The processor around the family's real tokenizer; for Qwen2.5-VL with the real video pixel bounds."""
+    processor = PROCESSORS[arch](real_tokenizer(arch))
     if arch == "qwen2_5_vl":
         from transformers import Qwen2VLVideoProcessor
 
@@ -237,7 +238,7 @@ def parameter_count(config: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def load_random_7b(
+def load_random_model(
     name: str,
     device: str | None = None,
     *,
@@ -256,7 +257,10 @@ def load_random_7b(
         raise ModelLoadError(f"unknown random-weight model {name!r}; choose one of {', '.join(RANDOM_MODELS)}")
     arch = RANDOM_MODELS[name]
     dev = pick_device(device)
-    processor = _processor(arch)
+    try:
+        processor = _processor(arch)
+    except ModuleNotFoundError as exc:
+        raise ModelLoadError(str(exc)) from exc
     config = random_config(name, processor.tokenizer, text, vision)
     billions = parameter_count(config) / 1e9
     if dev.type == "cpu" and not allow_cpu and billions > CPU_MAX_BILLIONS:

@@ -183,7 +183,7 @@ QWEN35_CHAT_TEMPLATE = QWEN3_CHAT_TEMPLATE.replace(
 )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2 byte -> printable unicode map (what the ByteLevel pre-tokenizer emits)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
     bs += list(range(ord("®"), ord("ÿ") + 1))
@@ -201,7 +201,7 @@ def _build_tokenizer(specials: list[str], chat_template: str) -> Any:
     """Byte-level Qwen2Tokenizer: 256 byte symbols (id == byte), no merges, then specials."""
     from transformers import Qwen2Tokenizer
 
-    b2u = _bytes_to_unicode()
+    b2u = bytes_to_unicode()
     vocab = {b2u[b]: b for b in range(256)}
     for i, tok in enumerate(specials):
         vocab[tok] = 256 + i
@@ -284,9 +284,6 @@ def _build_llava(num_layers: int) -> tuple[Any, Any]:
     from transformers import (
         LlavaOnevisionConfig,
         LlavaOnevisionForConditionalGeneration,
-        LlavaOnevisionImageProcessor,
-        LlavaOnevisionProcessor,
-        LlavaOnevisionVideoProcessor,
         Qwen2Config,
         SiglipVisionConfig,
     )
@@ -318,23 +315,27 @@ def _build_llava(num_layers: int) -> tuple[Any, Any]:
         # dominated by the input embedding, so greedy decoding just repeats the last token.
         tie_word_embeddings=False,
     )
-    model = LlavaOnevisionForConditionalGeneration(config)
+    return LlavaOnevisionForConditionalGeneration(config), _llava_processor(tokenizer)
+
+
+def _llava_processor(tokenizer: Any) -> Any:
+    """LLaVA-OneVision's processor around `tokenizer`: 384 px frames, SigLIP normalisation."""
+    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
 
     # SigLIP normalisation (mean = std = 0.5), as the real checkpoints' processors use.
     half = [0.5, 0.5, 0.5]
     size = {"height": SIGLIP_IMAGE_SIZE, "width": SIGLIP_IMAGE_SIZE}
     image_processor = LlavaOnevisionImageProcessor(image_mean=half, image_std=half, size=size)
     video_processor = LlavaOnevisionVideoProcessor(image_mean=half, image_std=half, size=size)
-    processor = LlavaOnevisionProcessor(
+    return LlavaOnevisionProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
         video_processor=video_processor,
         num_image_tokens=LLAVA_NUM_IMAGE_TOKENS,
         vision_feature_select_strategy="full",
         vision_aspect_ratio="anyres_max_9",
-        chat_template=LLAVA_CHAT_TEMPLATE,
+        chat_template=tokenizer.chat_template,
     )
-    return model, processor
 
 
 def _qwen_vision_token_ids() -> dict[str, int]:
@@ -352,7 +353,6 @@ def _qwen_processor(
     processor_class: type,
     video_processor_class: type,
     tokenizer: Any,
-    chat_template: str,
     *,
     patch: int,
     image_min_pixels: int,
@@ -373,18 +373,13 @@ def _qwen_processor(
             cap_pixels_per_frame=False,
             **common,
         ),
-        chat_template=chat_template,
+        chat_template=tokenizer.chat_template,
     )
 
 
 def _build_qwen(num_layers: int) -> tuple[Any, Any]:
     """(model, processor) for Qwen2.5-VL with a tiny LM (M-RoPE) and a tiny windowed ViT."""
-    from transformers import (
-        Qwen2_5_VLConfig,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2_5_VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     tokenizer = _build_tokenizer(_QWEN_SPECIALS, QWEN_CHAT_TEMPLATE)
     text_config = {
@@ -414,32 +409,32 @@ def _build_qwen(num_layers: int) -> tuple[Any, Any]:
         **_qwen_vision_token_ids(),
         tie_word_embeddings=False,  # as in the real 7B checkpoint
     )
-    model = Qwen2_5_VLForConditionalGeneration(config)
+    return Qwen2_5_VLForConditionalGeneration(config), _qwen25_processor(tokenizer)
 
-    # min = max pixels: every frame of a stream gets the same small grid (~224x224 px),
-    # whatever its resolution. The per-frame pixel cap is irrelevant at this size; setting
-    # it explicitly keeps token counts predictable and silences the deprecation warning.
-    processor = _qwen_processor(
+
+def _qwen25_processor(tokenizer: Any) -> Any:
+    """Qwen2.5-VL's processor around `tokenizer`.
+
+    min = max pixels: every frame of a stream gets the same small grid (~224x224 px), whatever its
+    resolution. The per-frame pixel cap is irrelevant at this size; setting it explicitly keeps
+    token counts predictable and silences the deprecation warning.
+    """
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
+
+    return _qwen_processor(
         Qwen2_5_VLProcessor,
         Qwen2VLVideoProcessor,
         tokenizer,
-        QWEN_CHAT_TEMPLATE,
         patch=QWEN_PATCH,
         image_min_pixels=56 * 56,
         video_pixels=(QWEN_FRAME_PIXELS, QWEN_FRAME_PIXELS),
     )
-    return model, processor
 
 
 def _build_qwen3(num_layers: int) -> tuple[Any, Any]:
     """(model, processor) for Qwen3-VL with a tiny LM (interleaved M-RoPE, q/k norms) and a tiny ViT
     whose DeepStack features feed the first decoder layers."""
-    from transformers import (
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     tokenizer = _build_tokenizer(_QWEN_SPECIALS, QWEN3_CHAT_TEMPLATE)
     text_config = {
@@ -470,30 +465,28 @@ def _build_qwen3(num_layers: int) -> tuple[Any, Any]:
         **_qwen_vision_token_ids(),
         tie_word_embeddings=False,  # as in the real 8B checkpoint
     )
-    model = Qwen3VLForConditionalGeneration(config)
+    return Qwen3VLForConditionalGeneration(config), _qwen3_processor(tokenizer)
 
-    processor = _qwen_processor(
+
+def _qwen3_processor(tokenizer: Any) -> Any:
+    """Qwen3-VL's processor around `tokenizer` (Qwen3.5 uses it too)."""
+    from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    return _qwen_processor(
         Qwen3VLProcessor,
         Qwen3VLVideoProcessor,
         tokenizer,
-        QWEN3_CHAT_TEMPLATE,
         patch=QWEN3_PATCH,
         image_min_pixels=64 * 64,
         video_pixels=(QWEN3_MIN_VIDEO_PIXELS, QWEN3_MAX_VIDEO_PIXELS),
     )
-    return model, processor
 
 
 def _build_qwen35(num_layers: int) -> tuple[Any, Any]:
     """(model, processor) for Qwen3.5: a tiny hybrid LM (Gated DeltaNet layers, every fourth layer
     gated full attention with a partial interleaved M-RoPE) and a tiny ViT; Qwen3-VL's processor,
     as the real checkpoints use."""
-    from transformers import (
-        Qwen3_5Config,
-        Qwen3_5ForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     tokenizer = _build_tokenizer(_QWEN35_SPECIALS, QWEN35_CHAT_TEMPLATE)
     text_config = {
@@ -526,18 +519,16 @@ def _build_qwen35(num_layers: int) -> tuple[Any, Any]:
         **_qwen_vision_token_ids(),
         tie_word_embeddings=False,  # as in the real 9B checkpoint
     )
-    model = Qwen3_5ForConditionalGeneration(config)
-    processor = _qwen_processor(
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-        tokenizer,
-        QWEN35_CHAT_TEMPLATE,
-        patch=QWEN3_PATCH,
-        image_min_pixels=64 * 64,
-        video_pixels=(QWEN3_MIN_VIDEO_PIXELS, QWEN3_MAX_VIDEO_PIXELS),
-    )
-    return model, processor
+    return Qwen3_5ForConditionalGeneration(config), _qwen3_processor(tokenizer)
 
+
+# arch -> its processor around a tokenizer (the tiny byte-level one, or a real vocabulary).
+PROCESSORS = {
+    "llava_onevision": _llava_processor,
+    "qwen2_5_vl": _qwen25_processor,
+    "qwen3_vl": _qwen3_processor,
+    "qwen3_5": _qwen3_processor,
+}
 
 _BUILDERS = {
     "llava_onevision": _build_llava,
@@ -588,7 +579,7 @@ def build_tiny(
     return out
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
     """Root of the HERMES cache: $HERMES_CACHE, else ~/.cache/hermes."""
     env = os.environ.get("HERMES_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "hermes"
@@ -598,7 +589,7 @@ def default_tiny_dir(arch: str, num_layers: int, seed: int = 0) -> Path:
     """Where `ensure_tiny` keeps the tiny checkpoint for (arch, num_layers, seed)."""
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"unknown tiny arch {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
-    return _cache_root() / "tiny" / f"{arch}-L{num_layers}-s{seed}-v{TINY_VERSION}"
+    return cache_root() / "tiny" / f"{arch}-L{num_layers}-s{seed}-v{TINY_VERSION}"
 
 
 def _is_complete(path: Path) -> bool:

@@ -4,28 +4,37 @@ The names below are what the UI (ui/, app.py) uses; it imports nothing from the 
 serving, so the types it draws from (snapshots, tiers, errors) are re-exported here.
 """
 
+from hermes.engine.methods import ATTENTION, BUDGET, HOST, PolicySpec, policy_help, policy_names
 from hermes.engine.session import QuestionError
-from hermes.engine.watch import MAX_STANDING, WatchError
+from hermes.engine.watch import MAX_STANDING, WatchCheck, WatchError
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.tiers import Tier
 from hermes.models.base import VideoLM
 from hermes.serving.admission import Busy
 from hermes.serving.answers import AnswerEvent, AnswerTicket
 from hermes.serving.live import LiveStream
-from hermes.serving.model import DEFAULT_MODEL, FALLBACK_MODEL, load_model_or_fallback
+from hermes.serving.model import (
+    DEFAULT_MODEL,
+    FALLBACK_MODEL,
+    keep_up_hint,
+    load_model_or_fallback,
+    requested_model,
+)
 from hermes.serving.registry import StreamRegistry
-from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, POLICIES, SPEEDS, StreamSettings, layer_tiers
+from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
 
 __all__ = [
+    "ATTENTION",
+    "BUDGET",
     "COMPARE_POLICIES",
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
+    "HOST",
     "MAX_COMPARED",
     "MAX_STANDING",
-    "POLICIES",
     "SPEEDS",
     "Alert",
     "AnswerEvent",
@@ -38,6 +47,7 @@ __all__ = [
     "LiveStream",
     "LiveView",
     "MemorySnapshot",
+    "PolicySpec",
     "QuestionError",
     "StreamRegistry",
     "StreamSettings",
@@ -46,8 +56,13 @@ __all__ = [
     "Tier",
     "VideoError",
     "VideoLM",
+    "WatchCheck",
     "WatchError",
     "WatchPoint",
+    "keep_up_hint",
     "layer_tiers",
     "load_model_or_fallback",
+    "policy_help",
+    "policy_names",
+    "requested_model",
 ]

@@ -11,7 +11,9 @@ key (`hermes.memory.cache.kv_bytes_per_token`: layers * tensors * kv_heads * hea
 bytes, tensors = 3 in bf16 and fp16, 2 in fp32), and a hybrid model's linear-attention layers add
 their states, whose size does not depend on the stream (0 for the other backbones),
 
-summed over the stream's caches (two in compare mode). A retrieval policy (rekv) holds its window
+summed over the stream's caches (two in compare mode). `simplestream` holds its last N frames
+whatever the budget: at most N frames' blocks (`block_tokens_bound`; one block per frame pair
+where the model merges them and the chunks have whole pairs). A retrieval policy (rekv) holds its window
 and, while it answers, the frames it brings back: top_k frame blocks of at most the tokens a
 block of the largest frames the decoder hands over takes (`block_tokens_bound`). Its host store is
 counted apart, against the CPU's allowance (`host_bytes_for`, `host_memory_cap`). The `full`
@@ -30,15 +32,15 @@ No Gradio here; `hermes.serving.registry` applies these numbers to the streams o
 from __future__ import annotations
 
 import os
+import weakref
 from collections import Counter
 
 import numpy as np
 import psutil
 import torch
 
-from hermes.engine.filtering import check_input_filter
+from hermes.engine.methods import PolicySpec
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
 from hermes.models.base import VideoLM
 from hermes.serving.settings import StreamSettings
 from hermes.video.decoding import DEFAULT_MAX_SIDE
@@ -71,30 +73,39 @@ def full_slot_limit(lm: VideoLM, config: HermesConfig) -> int:
 
 def block_tokens_bound(lm: VideoLM) -> int:
     """Tokens one frame block (a frame, or a frame pair where the model merges them) takes at most:
-    square frames of the largest side the decoder hands over, chunk extras included."""
-    n = lm.frame_multiple
-    frames = np.zeros((n, DEFAULT_MAX_SIDE, DEFAULT_MAX_SIDE, 3), dtype=np.uint8)
-    return lm.chunk_inputs(frames, 1.0).num_tokens
+    square frames of the largest side the decoder hands over, chunk extras included. Measured once
+    per model (it runs the processor on full-size frames)."""
+    if lm not in _BLOCK_TOKENS:
+        n = lm.frame_multiple
+        frames = np.zeros((n, DEFAULT_MAX_SIDE, DEFAULT_MAX_SIDE, 3), dtype=np.uint8)
+        _BLOCK_TOKENS[lm] = lm.chunk_inputs(frames, 1.0).num_tokens
+    return _BLOCK_TOKENS[lm]
 
 
-def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: str) -> int:
-    """Slots after the prefix that each layer holds once the budget is reached; for a retrieval
-    policy, with the frames a question brings back."""
-    made = make_policy(policy, config)
-    if made.capacity is None:
+_BLOCK_TOKENS: weakref.WeakKeyDictionary[VideoLM, int] = weakref.WeakKeyDictionary()
+
+
+def slots_per_layer(lm: VideoLM, config: HermesConfig, policy: PolicySpec) -> int:
+    """Slots after the prefix that each layer holds once the memory is full, with the room for what
+    a question brings in (ReKV's frames); a window counted in frames (simplestream) holds at most
+    those frames' blocks, whatever the budget; a policy that never evicts, its bound."""
+    built = policy.build(config)
+    if built.capacity is None:
         return full_slot_limit(lm, config)
-    room = 0 if made.retrieval is None else made.retrieval.top_k * block_tokens_bound(lm)
-    return made.capacity + room
+    block = block_tokens_bound(lm)
+    # Merged pairs hold two frames each, unless a chunk of odd length pads its last pair.
+    per_block = lm.frame_multiple if config.chunk_frames % lm.frame_multiple == 0 else 1
+    return built.selection.slot_bound(block, per_block) + built.question.device_room(block)
 
 
 def host_bytes_for(settings: StreamSettings) -> int:
-    """Host memory a stream's retrieval policies may keep their frames in: each its cap."""
+    """Host memory a stream's policies may keep frames in (ReKV's store): each its cap."""
     config = settings.config()
-    retrieving = sum(make_policy(p, config).retrieval is not None for p in settings.policies)
-    return retrieving * host_memory_cap(settings.host_cap_mb) if retrieving else 0
+    storing = sum(p.build(config).question.keeps_host_store for p in settings.policies)
+    return storing * host_memory_cap(settings.host_cap_mb) if storing else 0
 
 
-def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: str) -> int:
+def policy_cache_bytes(lm: VideoLM, config: HermesConfig, policy: PolicySpec) -> int:
     """The bytes one memory of `policy` holds once its budget is reached (for `full`: at its bound)."""
     return (prefix_len(lm) + slots_per_layer(lm, config, policy)) * lm.kv_bytes_per_token + lm.state_bytes
 
@@ -108,8 +119,7 @@ def cache_bytes_for(lm: VideoLM, settings: StreamSettings) -> int:
     """
     config = settings.config()
     for p in settings.policies:  # a backbone that cannot filter its inputs refuses before anything starts
-        if make_policy(p, config).input_filter is not None:
-            check_input_filter(lm, p)
+        p.build(config).check(lm)
     return sum(policy_cache_bytes(lm, config, p) for p in settings.policies)
 
 
@@ -149,7 +159,19 @@ def host_memory_cap(cap_mb: float | None = None) -> int:
     what admission control gives the CPU: DEFAULT_CPU_CAP_MB, or half the available RAM if less."""
     if cap_mb is not None:
         return default_memory_cap(torch.device("cpu"), cap_mb)
+    return cpu_memory_cap()
+
+
+def cpu_memory_cap() -> int:
+    """What admission control gives the CPU by default: DEFAULT_CPU_CAP_MB, or half the available
+    RAM if that is less."""
     return min(DEFAULT_CPU_CAP_MB * MB, psutil.virtual_memory().available // 2)
+
+
+def gpu_margin(total_bytes: int) -> int:
+    """Bytes kept free on a GPU of `total_bytes` for the one job in flight's activations and for
+    fragmentation: GPU_MARGIN_FRACTION of the card, at least GPU_MARGIN_MIN_MB."""
+    return max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total_bytes))
 
 
 def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int:
@@ -167,6 +189,5 @@ def default_memory_cap(device: torch.device, cap_mb: float | None = None) -> int
         return int(cap_mb * MB)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
-        margin = max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total))
-        return max(0, free - margin)
-    return min(DEFAULT_CPU_CAP_MB * MB, psutil.virtual_memory().available // 2)
+        return max(0, free - gpu_margin(total))
+    return cpu_memory_cap()

@@ -11,59 +11,43 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from hermes.engine.batch import BatchDecoder, BatchRow
+from hermes.engine.methods import PolicySpec
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.models.base import VideoLM
-from hermes.serving.admission import GPU_MARGIN_FRACTION, GPU_MARGIN_MIN_MB, MB
+from hermes.serving.admission import gpu_margin
 from hermes.serving.worker import Job, JobCancelled, is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class AnswerEvent:
-    """One update of one policy's answer; `error` set (and text empty) when the question failed,
-    `interrupted` (with `done`) when a reset or a closed tab cut the answer short. The last event
-    of a finished answer is also its record in the stream's view."""
+    """One update of one policy's answer as its viewer receives it: the engine's `AnswerUpdate` as
+    it is, and beside it what serving adds: the policy, the wait for the chunk in flight, and an
+    `error` (no update: the question failed) or `interrupted` (a reset or a closed tab cut the
+    answer short). The last event of a finished answer is also its record in the stream's view."""
 
-    policy: str
-    question: str = ""
-    text: str = ""
-    done: bool = False
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
+    policy: PolicySpec | None
+    update: AnswerUpdate | None = None
     wait_ms: float = 0.0
-    frames_seen: int = 0
-    frames_in_memory: int = 0
-    tokens: int = 0
-    stream_time_s: float = 0.0
     error: str | None = None
     interrupted: bool = False
-    # A retrieval policy (rekv): TTFT's retrieval part and the device bytes of the frames it brought back.
-    retrieval_ms: float | None = None
-    retrieved_bytes: int = 0
 
-    @classmethod
-    def from_update(cls, policy: str, update: AnswerUpdate, wait_ms: float) -> AnswerEvent:
-        return cls(
-            policy=policy,
-            question=update.question,
-            text=update.text,
-            done=update.done,
-            ttft_ms=update.ttft_ms,
-            tpot_ms=update.tpot_ms,
-            wait_ms=wait_ms,
-            frames_seen=update.frames_seen,
-            frames_in_memory=update.frames_in_memory,
-            tokens=update.tokens,
-            stream_time_s=update.at_s,
-            retrieval_ms=update.retrieval_ms,
-            retrieved_bytes=update.retrieved_bytes,
-        )
+    @property
+    def done(self) -> bool:
+        """Whether no event of this answer follows: it finished, failed or was cut short."""
+        return self.update is None or self.update.done or self.interrupted
+
+    def to_dict(self) -> dict:
+        """Plain data for the API: the update's fields, and serving's beside them."""
+        update = asdict(self.update) if self.update is not None else {}
+        extra = {"wait_ms": self.wait_ms, "error": self.error, "interrupted": self.interrupted}
+        return {"policy": self.policy, **update, **extra, "done": self.done}
 
 
 class AnswerTicket:
@@ -79,7 +63,7 @@ class AnswerTicket:
         self._queue.put(event)
 
     def fail(self, message: str) -> None:
-        self._queue.put(AnswerEvent(policy="", done=True, error=message))
+        self._queue.put(AnswerEvent(None, error=message))
 
     def close(self) -> None:
         self._queue.put(None)
@@ -99,9 +83,7 @@ class AnswerTicket:
             try:
                 event = self._queue.get(timeout=timeout)
             except queue.Empty:
-                yield AnswerEvent(
-                    policy="", done=True, error=f"No answer after {timeout:.0f} s: the server is overloaded."
-                )
+                yield AnswerEvent(None, error=f"No answer after {timeout:.0f} s: the server is overloaded.")
                 return
             if event is None:
                 return
@@ -128,8 +110,8 @@ class AnswerRequest:
     """
 
     question: str
-    sessions: dict[str, StreamingSession]
-    emit: Callable[[str, AnswerUpdate], bool]
+    sessions: dict[PolicySpec, StreamingSession]
+    emit: Callable[[PolicySpec, AnswerUpdate], bool]
     finish: Callable[[], None]
     max_new_tokens: int = MAX_NEW_TOKENS
 
@@ -137,7 +119,7 @@ class AnswerRequest:
     def for_ticket(
         cls,
         ticket: AnswerTicket,
-        sessions: dict[str, StreamingSession],
+        sessions: dict[PolicySpec, StreamingSession],
         max_new_tokens: int,
         still_current: Callable[[], bool],
         on_done: Callable[[list[AnswerEvent]], None],
@@ -147,16 +129,13 @@ class AnswerRequest:
         wait_ms = (time.monotonic() - ticket.enqueued_at) * 1000.0
         records: list[AnswerEvent] = []
 
-        def emit(policy: str, update: AnswerUpdate) -> bool:
-            event = AnswerEvent.from_update(policy, update, wait_ms)
-            if not still_current():  # reset or closed while decoding: stop here
-                event.done = event.interrupted = True
-                ticket.put(event)
-                return False
+        def emit(policy: PolicySpec, update: AnswerUpdate) -> bool:
+            current = still_current()  # reset or closed while decoding: stop here
+            event = AnswerEvent(policy, update, wait_ms, interrupted=not current)
             ticket.put(event)
-            if update.done:
+            if current and update.done:
                 records.append(event)
-            return True
+            return current
 
         def finish() -> None:
             ticket.close()
@@ -172,8 +151,7 @@ def batch_memory_cap(device: torch.device) -> int | None:
     questions wait for answers to end. Elsewhere no cap: the copies are at most the caches admitted."""
     if device.type != "cuda":
         return None
-    total = torch.cuda.get_device_properties(device).total_memory
-    return max(GPU_MARGIN_MIN_MB * MB, int(GPU_MARGIN_FRACTION * total)) // 2
+    return gpu_margin(torch.cuda.get_device_properties(device).total_memory) // 2
 
 
 class AnswerBatch:
@@ -200,9 +178,9 @@ class AnswerBatch:
         rows = []
         try:
             for policy, session in request.sessions.items():
-                if session.policy.retrieval is not None:
-                    # rekv: each layer brings back its own frames per question, so its answer cannot
-                    # share the batch's copies; it is decoded alone, at once, on this thread.
+                if not session.policy.question.batchable:
+                    # A question-time step that brings in its own tokens per question (rekv's frames):
+                    # the answer cannot share the batch's copies; it is decoded alone, at once, here.
                     for update in session.ask_stream(request.question, request.max_new_tokens):
                         if not request.emit(policy, update):
                             break

@@ -25,11 +25,13 @@ from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, validate_q
 from hermes.models.base import VideoLM
 from hermes.serving.answers import AnswerBatch, AnswerTicket, job_error_message
 from hermes.serving.chat import Chat
+from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.memories import StreamMemories
-from hermes.serving.settings import SPEEDS, StreamSettings
-from hermes.serving.sources import FileSource, Source, WebcamSource
+from hermes.serving.metrics import metrics_of
+from hermes.serving.settings import StreamSettings
+from hermes.serving.sources import Source
 from hermes.serving.state import Lifecycle, StreamState
-from hermes.serving.view import LiveView, StreamStatus, metrics_of, stream_status, watch_metrics
+from hermes.serving.view import LiveView, StreamStatus, stream_status
 from hermes.serving.watching import Watchlist
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
 from hermes.video.decoding import VideoInfo, check_start
@@ -66,10 +68,8 @@ class LiveStream:
         self._lock = threading.RLock()  # held around every move of the lifecycle and its source
         self.life = Lifecycle()
         self._memories = StreamMemories(lm, self)  # only the model thread touches it
-        self._feed: Source | None = None
-        self._source: str | None = None  # the source's name, for the status
+        self.feed = Feed()
         self.settings = settings or StreamSettings()
-        self.speed = "1x"
         self._view = LiveView(version=0, settings=self.settings)
         self.chat = Chat()
         self.watchlist = Watchlist(MAX_QUESTION_CHARS)
@@ -91,15 +91,14 @@ class LiveStream:
         self.reserved_bytes = self.reserved_host_bytes = 0
 
     def _reset(self, settings: StreamSettings) -> int:
-        self._stop_feed(flush=False)
+        self.feed.stop(flush=False)
         with self._lock:
             self._check_open()
             gen = self.life.restart()
             self.settings = settings
             self.chat.clear(gen)
-            self._feed = self._source = None
-            self.watchlist.clear_alerts()
-            self._view = LiveView(version=self._view.version + 1, settings=settings)
+            self.feed.detach()
+            self._view = self._view.fresh(settings)
         self.worker.cancel(self.key)
         self.worker.submit(
             lambda: self._memories.build(gen, settings, self.watchlist.questions),
@@ -115,22 +114,10 @@ class LiveStream:
         refuses."""
         settings = settings or self.settings
         info = check_start(path, settings.fps)
-        self.set_speed(speed)
-        if self._admit is not None:
-            self._admit(self, settings)
-        gen = self._reset(settings)
-        feed = FileSource(
-            Path(path),
-            settings.chunk_frames,
-            settings.fps,
-            lambda: SPEEDS[self.speed],
-            on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
-            has_room=lambda timeout: self.worker.wait_backlog(self.key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
-            on_end=lambda: self._locked(self.life.end, gen),
-            on_error=lambda message: self.halt(gen, StreamState.ERROR, message, error=True),
-            name=f"read-{self.key}",
-        )
-        self._start_source(gen, feed, info.name, feed.start)
+        self.feed.set_speed(speed)
+        gen = self._begin(settings)
+        source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
+        self._start_source(gen, source, info.name, source.start)
         return info
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
@@ -139,51 +126,34 @@ class LiveStream:
         Frames are thinned to the stream's fps by their capture time `t` (default: now); a chunk that
         finds the model still busy with MAX_CHUNK_BACKLOG chunks is dropped (a live source cannot wait)."""
         # Gradio runs one stream event per session at a time, so this check does not race.
-        if self._source != "webcam" and not self.life.state.takes_frames:
+        if self.feed.webcam is None and not self.life.state.takes_frames:
             settings = settings or self.settings
-            if self._admit is not None:
-                self._admit(self, settings)
-            gen = self._reset(settings)
-            feed = WebcamSource(
-                settings.chunk_frames,
-                settings.fps,
-                on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
-                has_room=lambda: self.worker.backlog(self.key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
-                on_silence=lambda: self._locked(self.life.silence, gen),
-                on_frames=lambda: self._locked(self.life.frames_again, gen),
-            )
-            self._start_source(gen, feed, "webcam")
-        feed = self._feed
-        if isinstance(feed, WebcamSource):
-            feed.push(image, t)
-
-    def set_speed(self, speed: str) -> None:
-        """Pace of a file stream: "1x" (real time), "2x", "4x" or "max"; applies at once."""
-        if speed not in SPEEDS:
-            raise ValueError(f"speed must be one of {', '.join(SPEEDS)}; got {speed!r}")
-        self.speed = speed
+            gen = self._begin(settings)
+            self._start_source(gen, self.feed.camera(settings, self._hooks(gen)), "webcam")
+        if (webcam := self.feed.webcam) is not None:
+            webcam.push(image, t)
 
     def pause(self) -> None:
         """Hold the source; chunks already queued still reach the model."""
         with self._lock:
-            if self._feed is not None and self.life.pause():
-                self._feed.pause()
+            if self.feed.source is not None and self.life.pause():
+                self.feed.source.pause()
 
     def resume(self) -> None:
         with self._lock:
-            if self._feed is not None and self.life.resume():
-                self._feed.resume()
+            if self.feed.source is not None and self.life.resume():
+                self.feed.source.resume()
 
     def stop(self) -> None:
         """End the source; the frames read so far reach the model, and questions still work."""
         self._locked(self.life.stop)
-        self._stop_feed(flush=True)
+        self.feed.stop(flush=True)
 
     def close(self) -> None:
         """Free everything: the source, queued jobs and (on the model thread) the memories."""
         if self.closed:
             return
-        self._stop_feed(flush=False)
+        self.feed.stop(flush=False)
         with self._lock:
             self.closed = True
             self.life.close()
@@ -232,7 +202,7 @@ class LiveStream:
     def status(self) -> StreamStatus:
         with self._lock:
             queued = self.worker.backlog(self.key, Priority.CHUNK)
-            return stream_status(self.life, self._feed, self._source, self.speed, queued)
+            return stream_status(self.life, self.feed, queued)
 
     @property
     def running(self) -> bool:
@@ -245,11 +215,8 @@ class LiveStream:
 
     def metrics(self) -> dict:
         """Plain-data numbers for the API and the UI's details panel."""
-        lm, view = self.lm, self.view()
-        numbers = metrics_of(
-            view, self.status(), memory_reading(lm.device), lm.source, lm.random_weights, self.reserved_bytes
-        )
-        return numbers | watch_metrics(view, self.watchlist.questions())
+        view, status, reading = self.view(), self.status(), memory_reading(self.lm.device)
+        return metrics_of(view, status, reading, self.lm, self.reserved_bytes, self.watchlist.questions())
 
     # -- internals: UI and source threads ------------------------------------------------------
     def _locked(self, move: Callable, *args: object) -> object:
@@ -260,20 +227,34 @@ class LiveStream:
         if self.closed:
             raise RuntimeError("this stream was closed (its tab went away)")
 
-    def _start_source(self, gen: int, feed: Source, name: str, start: Callable[[], None] = lambda: None) -> None:
-        """`feed` becomes the source of generation `gen` and is started, unless a reset came first."""
+    def _begin(self, settings: StreamSettings) -> int:
+        """Admit a new source with `settings` (Busy if admission refuses) and reset the stream for
+        it; the new generation."""
+        if self._admit is not None:
+            self._admit(self, settings)
+        return self._reset(settings)
+
+    def _hooks(self, gen: int) -> FeedHooks:
+        """What the source of generation `gen` reports to, and asks of, the stream."""
+        return FeedHooks(
+            on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
+            wait_room=lambda timeout: self.worker.wait_backlog(self.key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
+            has_room=lambda: self.worker.backlog(self.key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
+            on_end=lambda: self._locked(self.life.end, gen),
+            on_error=lambda message: self.halt(gen, StreamState.ERROR, message, error=True),
+            on_silence=lambda: self._locked(self.life.silence, gen),
+            on_frames=lambda: self._locked(self.life.frames_again, gen),
+        )
+
+    def _start_source(self, gen: int, source: Source, name: str, start: Callable[[], None] = lambda: None) -> None:
+        """`source` becomes the source of generation `gen` and is started, unless a reset came first."""
         with self._lock:
             if not self.life.current(gen):
-                feed.stop(flush=False)
+                source.stop(flush=False)
                 return
-            self._feed, self._source, self.life.state = feed, name, StreamState.STREAMING
+            self.feed.attach(source, name)
+            self.life.state = StreamState.STREAMING
             start()
-
-    def _stop_feed(self, flush: bool) -> None:
-        feed = self._feed
-        if feed is not None:
-            feed.stop(flush)
-            feed.join()
 
     def _hand_to_memories(self, watching: list[str]) -> list[str]:
         """Give the memories the standing questions (on the model thread); `watching` back."""
@@ -296,16 +277,18 @@ class LiveStream:
         """Stop the source of generation `gen` by itself (an error, or a bound reached), saying why."""
         with self._lock:
             halted = self.life.halt(gen, state, message, error=error, memory_failed=memory_failed)
-            feed = self._feed
-        if halted and feed is not None:
-            feed.stop(flush=False)
+            source = self.feed.source
+        if halted and source is not None:
+            source.stop(flush=False)
 
     # -- internals: jobs for the model thread ----------------------------------------------------
     def _submit_chunk(self, gen: int, chunk: Chunk) -> None:
-        def ingest() -> None:
-            self.watchlist.push_alerts(self._memories.ingest(gen, chunk))
-
-        self.worker.submit(ingest, Priority.CHUNK, self.key, lambda exc: self._on_job_error(gen, exc))
+        self.worker.submit(
+            lambda: self._memories.ingest(gen, chunk),
+            Priority.CHUNK,
+            self.key,
+            lambda exc: self._on_job_error(gen, exc),
+        )
 
     def _on_job_error(self, gen: int, exc: BaseException) -> None:
         # A job of an older generation (before a reset) failing must not stop the new stream.

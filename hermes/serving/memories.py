@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from hermes.engine.chunk import Chunk
+from hermes.engine.methods import PolicySpec
 from hermes.engine.metrics import memory_reading
 from hermes.engine.session import QuestionError, StreamBound, StreamingSession
-from hermes.memory.policies import parse_policy
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
 from hermes.serving.admission import full_slot_limit, host_memory_cap, policy_cache_bytes
@@ -48,10 +48,10 @@ class StreamMemories:
     def __init__(self, lm: VideoLM, stream: StreamSide) -> None:
         self.lm = lm
         self.stream = stream
-        self.sessions: dict[str, StreamingSession] = {}
+        self.sessions: dict[PolicySpec, StreamingSession] = {}
         self.generation = -1  # the stream generation the memories were built for
         self._full_limit: int | None = None  # slots per layer at which a full cache stops
-        self._full: str | None = None  # the policy of that full cache
+        self._full: PolicySpec | None = None  # the policy of that full cache (one that never evicts)
         self._bound: str | None = None  # why a retrieval policy's memory takes no more chunks (rekv)
 
     # -- jobs --------------------------------------------------------------------------------
@@ -69,8 +69,8 @@ class StreamMemories:
         for session in self.sessions.values():
             session.standing.set_threshold(settings.watch_threshold)
         self.set_watching(watching())
-        # A full cache (with or without an input filter) stops the stream at its bound.
-        self._full = next((p for p in self.sessions if parse_policy(p)[0] == "full"), None)
+        # A full cache (a policy that never evicts) stops the stream at its bound.
+        self._full = next((p for p, s in self.sessions.items() if s.policy.capacity is None), None)
         self._full_limit = full_slot_limit(self.lm, config) if self._full is not None else None
         self.generation = generation
         self._bound = None
@@ -78,32 +78,30 @@ class StreamMemories:
         life.ready(generation)
         self.stream.publish(generation, lambda view: view.next(snapshots=self.snapshots(), budget_bytes=budget_bytes))
 
-    def ingest(self, generation: int, chunk: Chunk) -> list:
+    def ingest(self, generation: int, chunk: Chunk) -> None:
         """Every memory takes `chunk`, unless it is of an older generation, the memories failed, or
-        a full cache is at its bound; the alerts that fired."""
+        a full cache is at its bound; the view published after it carries the alerts that fired."""
         life = self.stream.life
         if not life.current(generation) or life.memory_failed or not self.takes(generation):
-            return []
+            return
         try:
             reports = {p: s.ingest(chunk) for p, s in self.sessions.items()}
         except StreamBound as bound:  # a chunk longer than the last one passed rekv's bound after all
             self._stop_at_bound(generation, str(bound))
-            return []
+            return
         wall_s = time.monotonic() - life.started
         reading = memory_reading(self.lm.device)
         snapshots = self.snapshots()
-        view = self.stream.publish(
+        self.stream.publish(
             generation,
             lambda view: view.with_chunk(chunk, reports, snapshots, self.lm.frame_multiple, wall_s, reading),
         )
-        fired = sum(len(r.alerts) for r in reports.values())
         if self.at_full_limit():
             self.stream.halt(generation, StreamState.STOPPED, self.full_note(), error=False)
-        # A retrieval policy (rekv) stops before a chunk like the last one would pass its host cap.
+        # A policy's own bound (rekv's host cap) stops the stream before a chunk like the last one passes it.
         notes = [s.bound_note(s.last_chunk.tokens) for s in self.sessions.values() if s.last_chunk is not None]
         if any(notes):
             self._stop_at_bound(generation, next(n for n in notes if n))
-        return list(view.alerts[-fired:]) if view is not None and fired else []
 
     def answer(self, generation: int, ticket: AnswerTicket, max_new_tokens: int) -> AnswerRequest | None:
         """The question as a request to the answer batch; None (the reason on the ticket) when there
@@ -147,7 +145,7 @@ class StreamMemories:
         """Whether a chunk of `generation` goes in: the memories are its, and not full."""
         return self.holds(generation) and not self.at_full_limit() and self._bound is None
 
-    def snapshots(self) -> dict[str, MemorySnapshot]:
+    def snapshots(self) -> dict[PolicySpec, MemorySnapshot]:
         return {p: s.snapshot() for p, s in self.sessions.items()}
 
     def set_watching(self, questions: Sequence[str]) -> None:

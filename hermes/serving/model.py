@@ -1,33 +1,69 @@
-"""The model the app serves: the requested one, or a random-weight stand-in when it cannot load."""
+"""The model the app serves: the requested one (else the device's default), or a random-weight
+stand-in of the default's architecture when it cannot load."""
 
 from __future__ import annotations
 
 import logging
 
 from hermes.models.base import VideoLM
-from hermes.models.loading import DEFAULT_MODEL, ModelLoadError, load_video_lm
+from hermes.models.loading import (
+    CPU_DEFAULT_MODEL,
+    DEFAULT_MODEL,
+    ModelLoadError,
+    default_model,
+    load_video_lm,
+    requested_model,
+)
 
-FALLBACK_MODEL = "tiny-24"
+# Random weights, each default checkpoint's architecture and 24 layers.
+FALLBACK_MODELS = {DEFAULT_MODEL: "tiny-24", CPU_DEFAULT_MODEL: "tiny-qwen35-24"}
+FALLBACK_MODEL = FALLBACK_MODELS[DEFAULT_MODEL]
 
-__all__ = ["DEFAULT_MODEL", "FALLBACK_MODEL", "load_model_or_fallback"]
+__all__ = [
+    "CPU_DEFAULT_MODEL",
+    "DEFAULT_MODEL",
+    "FALLBACK_MODEL",
+    "fallback_model",
+    "keep_up_hint",
+    "load_model_or_fallback",
+    "requested_model",
+]
 
 log = logging.getLogger(__name__)
 
 
+def fallback_model(name: str, device: str | None = None) -> str:
+    """The random-weight stand-in for `name`: a default checkpoint's own architecture, any other
+    model the device default's."""
+    return FALLBACK_MODELS.get(name) or FALLBACK_MODELS[default_model(device)]
+
+
 def load_model_or_fallback(
-    name: str = DEFAULT_MODEL,
+    name: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
     device_map: str | None = None,
 ) -> tuple[VideoLM, str | None]:
-    """(model, load error or None): the requested model, or FALLBACK_MODEL (a LLaVA-OneVision with
-    the 0.5B checkpoint's 24 layers and random weights) and why the requested one could not load.
+    """(model, load error or None): `name` (default: the device's default model), or its random-weight
+    stand-in (`fallback_model`: a default checkpoint's architecture with its 24 layers) and why the
+    requested one could not load.
 
     `dtype` ('auto', 'bf16', 'fp16', 'fp32') and `device_map` ('auto', ...) as for load_video_lm;
     a bad value raises ValueError. The small fallback goes to one device, in the same dtype.
     """
+    name = name or default_model(device)
     try:
         return load_video_lm(name, device=device, dtype=dtype, device_map=device_map), None
     except ModelLoadError as exc:
-        log.warning("%s; starting on %s (random weights) instead", exc, FALLBACK_MODEL)
-        return load_video_lm(FALLBACK_MODEL, device=device, dtype=dtype), str(exc)
+        fallback = fallback_model(name, device)
+        log.warning("%s; starting on %s (random weights) instead", exc, fallback)
+        return load_video_lm(fallback, device=device, dtype=dtype), str(exc)
+
+
+def keep_up_hint(source: str, device_type: str) -> str:
+    """What would keep up with the video when the model `source` falls behind on `device_type`."""
+    if device_type == "cpu" and source != CPU_DEFAULT_MODEL:
+        return f"{CPU_DEFAULT_MODEL} keeps up with 1 frame/s on 2 CPU cores; a GPU or fewer frames per second would too"
+    if device_type == "cpu":
+        return "a GPU or fewer frames per second would keep up"
+    return "a smaller model or fewer frames per second would keep up"

@@ -55,6 +55,8 @@ def play(
     """
     pending = sorted(items, key=lambda it: (when(it) is None, when(it) or 0.0))
     chunker = Chunker(session.config.chunk_frames)
+    # A stream loaded from its memory file numbers its frames on from where it stopped.
+    chunker.next_index = session.frames_seen
     start = time.monotonic()
 
     def flush() -> Iterator[ChunkReport]:

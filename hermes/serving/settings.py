@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
+from hermes.engine.methods import DEFAULT_POLICY, HERMES, PolicyError, PolicySpec, parse_policies, policy_names
 from hermes.engine.watch import DEFAULT_THRESHOLD, check_threshold
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import POLICY_NAMES, PolicyError, check_policies
 from hermes.memory.tiers import Tier, TierMap
 from hermes.models.base import VideoLM
 
-POLICIES = POLICY_NAMES
-COMPARE_POLICIES = ("hermes", "fifo")  # the default pair
+COMPARE_POLICIES = (HERMES, "fifo")  # the default pair
 MAX_COMPARED = 3  # policies side by side: each holds its own cache
 # Pace of a file stream: times real time; None reads as fast as the model takes the chunks.
 SPEEDS: dict[str, float | None] = {"1x": 1.0, "2x": 2.0, "4x": 4.0, "max": None}
@@ -19,15 +19,17 @@ SPEEDS: dict[str, float | None] = {"1x": 1.0, "2x": 2.0, "4x": 4.0, "max": None}
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """What a stream's memories are built with; applied when the stream is (re)started."""
+    """What a stream's memories are built with; applied when the stream is (re)started.
 
-    policy: str = "hermes"
+    The policy names are parsed here, once, into `PolicySpec`s (each still equal to its name)."""
+
+    policy: str = DEFAULT_POLICY
     budget: int = 1024
     chunk_frames: int = 4
     fps: float = 1.0
     reindex: str = "lazy"
     compare: bool = False
-    # The policies compare mode runs side by side, two or three of POLICIES.
+    # The policies compare mode runs side by side, two or three of `policy_names()`.
     compare_policies: tuple[str, ...] = COMPARE_POLICIES
     # Positions the memories may use (None: the model's max_position_embeddings). The full policy
     # stops there; lower it to bound full streams sooner.
@@ -43,7 +45,7 @@ class StreamSettings:
         if self.host_cap_mb is not None and self.host_cap_mb <= 0:
             raise ValueError(f"the host memory cap must be positive, got {self.host_cap_mb} MB")
         config = self.config()  # HermesConfig validates the numbers, with clear messages
-        object.__setattr__(self, "policy", check_policies([self.policy], config)[0])
+        object.__setattr__(self, "policy", parse_policies([self.policy], config)[0])
         compared = tuple(self.compare_policies or ())
         object.__setattr__(self, "compare_policies", compared)
         if not self.compare:  # the choice only matters, and is only checked, in compare mode
@@ -51,12 +53,26 @@ class StreamSettings:
         if not 2 <= len(compared) <= MAX_COMPARED:
             raise PolicyError(
                 f"compare runs 2 to {MAX_COMPARED} policies side by side; got {len(compared)} "
-                f"({', '.join(compared) or 'none'}); choose from {', '.join(POLICIES)}"
+                f"({', '.join(compared) or 'none'}); choose from {', '.join(policy_names())}"
             )
-        object.__setattr__(self, "compare_policies", tuple(check_policies(compared, config)))
+        object.__setattr__(self, "compare_policies", parse_policies(compared, config))
+
+    @classmethod
+    def from_controls(cls, **controls: Any) -> StreamSettings:
+        """The settings of a form whose controls are named as the fields, each value as its control
+        holds it (a slider's float for a whole number, a list for a tuple) taking its field's type."""
+        unknown = sorted(set(controls) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"no such setting: {', '.join(unknown)}")
+        typed = {}
+        for f in fields(cls):
+            if f.name in controls:
+                value = controls[f.name]
+                typed[f.name] = value if f.default is None or value is None else type(f.default)(value)
+        return cls(**typed)
 
     @property
-    def policies(self) -> tuple[str, ...]:
+    def policies(self) -> tuple[PolicySpec, ...]:
         """The policies to run: the compared ones side by side in compare mode (HERMES and FIFO by
         default), else the one policy."""
         return self.compare_policies if self.compare else (self.policy,)

@@ -20,6 +20,7 @@ import numpy as np
 from hermes.engine.chunk import Chunk
 from hermes.video.chunking import Chunker
 from hermes.video.decoding import UntilDamage, VideoError, VideoFile
+from hermes.video.errors import Skipped
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class Source(Protocol):
 
     frames_read: int
     dropped_frames: int
+    skipped: list[Skipped]  # frames of a file that could not be decoded (a webcam's list stays empty)
 
     def pause(self) -> None: ...
 
@@ -111,8 +113,9 @@ class FileSource:
 
     `has_room(timeout)` waits up to `timeout` seconds for the consumer to have room for a chunk.
     When the file ends, the last partial chunk goes out, then `on_end()` is called; a file that
-    cannot be decoded calls `on_error(message)` instead, and a file damaged further in, after its
-    last good frame has gone out.
+    cannot be decoded calls `on_error(message)` instead, and a file that decodes no further, after
+    its last good frame has gone out. Frames that cannot be decoded on the way are skipped and
+    listed in `skipped`.
     """
 
     def __init__(
@@ -132,6 +135,7 @@ class FileSource:
         self.speed = speed  # asked at every frame: a new pace applies at once
         self.frames_read = 0
         self.dropped_frames = 0  # a file waits for room instead
+        self.skipped: list[Skipped] = []
         self._chunker = Chunker(chunk_frames)
         self._fps = fps
         self._on_chunk, self._has_room, self._on_end, self._on_error = on_chunk, has_room, on_end, on_error
@@ -171,7 +175,8 @@ class FileSource:
     def _run(self) -> None:
         try:
             with VideoFile(self.path) as video:
-                frames = UntilDamage(video.frames(self._fps))  # a damaged file ends at its last good frame
+                # A file that decodes no further ends at its last good frame; damaged frames are skipped.
+                frames = UntilDamage(video.frames(self._fps), on_skip=self.skipped.append)
                 for frame in frames:
                     if not self._wait(frame.t):  # also where a paused stream waits
                         break
@@ -241,6 +246,7 @@ class WebcamSource:
     ) -> None:
         self.frames_read = 0
         self.dropped_frames = 0
+        self.skipped: list[Skipped] = []
         self.last_frame_at = time.monotonic()
         self._first_frame_at: float | None = None
         self._chunker = Chunker(chunk_frames, fps=fps)

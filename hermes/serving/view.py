@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from hermes.engine.chunk import Chunk
+from hermes.engine.chunk import Chunk, padded_frames
+from hermes.engine.methods import PolicySpec
 from hermes.engine.metrics import MemoryReading
-from hermes.engine.session import ChunkReport
-from hermes.engine.watch import MAX_STANDING
+from hermes.engine.session import AnswerUpdate, ChunkReport
+from hermes.engine.watch import MAX_STANDING, WatchCheck
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.serving.answers import AnswerEvent
+from hermes.serving.feed import Feed
 from hermes.serving.settings import StreamSettings
-from hermes.serving.sources import Source
 from hermes.serving.state import Lifecycle, StreamState
+from hermes.video.errors import skipped_summary
 
 # Everything a view keeps per chunk is bounded, so that a stream's host memory stays flat however
 # long it runs (docs/limits.md, "Long streams"): the last HISTORY_LIMIT chunks' metrics, the checks
@@ -38,45 +41,48 @@ AttentionLayers = tuple[tuple[np.ndarray, np.ndarray] | None, ...]
 
 @dataclass(frozen=True)
 class ChunkRecord:
-    """One row of a stream's metrics history, taken after a chunk was ingested."""
+    """One row of a stream's history, taken after a chunk: each memory's `ChunkReport` of it (its
+    numbers: the attention record and the standing checks are kept apart, bounded), and beside
+    them what serving measured."""
 
     wall_s: float  # wall-clock seconds since the stream started (at_s always means stream time)
-    frames_seen: int
-    stream_time_s: float
-    cache_bytes: dict[str, int]
-    prefill_ms: dict[str, float]
-    compress_ms: dict[str, float]
+    reports: dict[PolicySpec, ChunkReport]
     rss_bytes: int
     gpu_allocated_bytes: int | None
-    # Per policy with a host store (rekv): its bytes in host memory, which grow with the stream.
-    host_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def frames_seen(self) -> int:
+        return next(iter(self.reports.values())).frames_seen
+
+    @property
+    def stream_time_s(self) -> float:
+        return next(iter(self.reports.values())).stream_time_s
+
+    def per_policy(self, name: str) -> dict[PolicySpec, Any]:
+        """One number of every memory's report, by policy (`cache_bytes`, `prefill_ms`, ...)."""
+        return {policy: getattr(report, name) for policy, report in self.reports.items()}
 
 
 @dataclass(frozen=True)
 class WatchPoint:
-    """One standing question read from one policy's memory after a chunk."""
+    """One standing question read from one policy's memory after a chunk: the engine's check, and
+    beside it the prefill time of the chunk just before, for scale."""
 
-    policy: str
-    question: str
-    at_s: float  # stream time
-    p_yes: float
-    fired: bool
-    check_ms: float
-    prefill_ms: float  # of the chunk just before the check, for scale
+    policy: PolicySpec
+    check: WatchCheck
+    prefill_ms: float
 
 
 @dataclass(frozen=True)
 class Alert:
-    """A standing question that fired: its short answer and the frame the memory had just seen."""
+    """A standing question that fired: the engine's check and the short answer it wrote, the frame
+    the memory had just seen, and the alert's number in the stream (the page shows each once)."""
 
-    policy: str
-    question: str
-    at_s: float  # stream time
-    frames_seen: int
-    p_yes: float
-    text: str
-    ttft_ms: float | None
+    policy: PolicySpec
+    check: WatchCheck
+    answer: AnswerUpdate
     frame: np.ndarray = field(repr=False, compare=False)  # the chunk's last frame, ALERT_SIDE at most
+    number: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,9 +132,11 @@ class LiveView:
     attention: dict[str, AttentionLayers] = field(default_factory=dict)
     # Per policy: the cache bytes its memory holds once the budget is reached (full: at its bound).
     budget_bytes: dict[str, int] = field(default_factory=dict)
-    # Standing questions: every check (for the plot) and the alerts.
+    # Standing questions: every check (for the plot), the latest alerts, and the alerts published
+    # so far, resets included (the numbers of the next ones).
     watch_history: tuple[WatchPoint, ...] = ()
     alerts: tuple[Alert, ...] = ()
+    alert_count: int = 0
 
     def model_fps(self, last: int = 8) -> float | None:
         """Frames the model reads per second of its own work (prefill and compression, every
@@ -137,7 +145,7 @@ class LiveView:
         if len(recent) < 2:
             return None
         frames = recent[-1].frames_seen - recent[0].frames_seen
-        ms = sum(sum(r.prefill_ms.values()) + sum(r.compress_ms.values()) for r in recent[1:])
+        ms = sum(r.prefill_ms + r.compress_ms for record in recent[1:] for r in record.reports.values())
         return frames / (ms / 1000) if ms > 0 else None
 
     def next(self, **changes: object) -> LiveView:
@@ -147,8 +155,8 @@ class LiveView:
     def with_chunk(
         self,
         chunk: Chunk,
-        reports: dict[str, ChunkReport],
-        snapshots: dict[str, MemorySnapshot],
+        reports: dict[PolicySpec, ChunkReport],
+        snapshots: dict[PolicySpec, MemorySnapshot],
         frame_multiple: int,
         wall_s: float,
         reading: MemoryReading,
@@ -157,20 +165,11 @@ class LiveView:
         report = next(iter(reports.values()))
         # Tokens each frame had when prefilled (the engine pads a chunk to the frame multiple):
         # the denominator of the retained-token map.
-        prefilled = -(-chunk.num_frames // frame_multiple) * frame_multiple
-        record = ChunkRecord(
-            wall_s=wall_s,
-            frames_seen=report.frames_seen,
-            stream_time_s=report.stream_time_s,
-            cache_bytes={p: r.cache_bytes for p, r in reports.items()},
-            prefill_ms={p: r.prefill_ms for p, r in reports.items()},
-            compress_ms={p: r.compress_ms for p, r in reports.items()},
-            rss_bytes=reading.rss_bytes,
-            gpu_allocated_bytes=reading.gpu_allocated_bytes,
-            host_bytes={p: r.host_bytes for p, r in reports.items() if r.host_bytes},
-        )
+        prefilled = padded_frames(chunk.num_frames, frame_multiple)
+        numbers = {p: r.numbers() for p, r in reports.items()}
+        record = ChunkRecord(wall_s, numbers, reading.rss_bytes, reading.gpu_allocated_bytes)
         frame = thumbnail(chunk.pixels[-1])
-        points, alerts = watch_records(reports, thumbnail(frame, ALERT_SIDE))
+        points, alerts = watch_records(reports, thumbnail(frame, ALERT_SIDE), self.alert_count)
         return self.next(
             snapshots=snapshots,
             frame_tokens=self.frame_tokens.extended(chunk.num_frames, report.tokens / prefilled),
@@ -180,10 +179,16 @@ class LiveView:
             frame_image=frame,
             watch_history=(*self.watch_history, *points)[-WATCH_LIMIT:],
             alerts=(*self.alerts, *alerts)[-ALERT_LIMIT:],
+            alert_count=self.alert_count + len(alerts),
             history=(*self.history, record)[-HISTORY_LIMIT:],
             frames_in_memory={p: s.frames_in_memory() for p, s in snapshots.items()},
             attention={**self.attention, **{p: r.attention for p, r in reports.items() if measured(r.attention)}},
         )
+
+    def fresh(self, settings: StreamSettings) -> LiveView:
+        """The next view of a stream that starts over with `settings`: nothing drawn yet, and the
+        alerts numbered on from this one's."""
+        return LiveView(version=self.version + 1, settings=settings, alert_count=self.alert_count)
 
     def with_answers(self, records: list[AnswerEvent]) -> LiveView:
         """The view with the finished answers `records` added to the latest ones."""
@@ -202,82 +207,47 @@ class StreamStatus:
     dropped_frames: int
     error: str | None
     note: str | None = None  # why the stream stopped by itself, when it was not an error
+    skipped_frames: int = 0  # frames of the file that could not be decoded, and where, in words
+    skipped: str | None = None
     # Where in the video a viewer would be now, at the source's pace (None: unpaced or not started).
     position_s: float | None = None
 
 
-def stream_status(life: Lifecycle, feed: Source | None, source: str | None, speed: str, queued: int) -> StreamStatus:
-    """The status of a stream in `life`, fed by `feed` (named `source`), with `queued` chunks on
-    their way: a source that ended with chunks still queued is finishing."""
+def stream_status(life: Lifecycle, fed_by: Feed, queued: int) -> StreamStatus:
+    """The status of a stream in `life`, fed by `fed_by`, with `queued` chunks on their way: a
+    source that ended with chunks still queued is finishing."""
     state = life.state
     if state in (StreamState.FINISHED, StreamState.STOPPED) and queued:
         state = StreamState.FINISHING
+    feed = fed_by.source
+    skips = list(feed.skipped) if feed is not None else []
     return StreamStatus(
         state=state,
-        source=source,
-        speed=speed,
+        source=fed_by.name,
+        speed=fed_by.speed,
         frames_read=feed.frames_read if feed is not None else 0,
         queued_chunks=queued,
         dropped_frames=feed.dropped_frames if feed is not None else 0,
         error=life.error,
         note=life.note,
+        skipped_frames=sum(s.frames for s in skips),
+        skipped=skipped_summary(skips),
         position_s=feed.position_s() if feed is not None and state is StreamState.STREAMING else None,
     )
 
 
-def watch_records(reports: dict[str, ChunkReport], frame: np.ndarray) -> tuple[list[WatchPoint], list[Alert]]:
-    """The standing questions' checks and alerts of one chunk, for every policy's memory."""
+def watch_records(
+    reports: dict[PolicySpec, ChunkReport], frame: np.ndarray, first: int
+) -> tuple[list[WatchPoint], list[Alert]]:
+    """The standing questions' checks and alerts of one chunk, for every policy's memory; the
+    alerts numbered from `first`."""
     points: list[WatchPoint] = []
     alerts: list[Alert] = []
     for policy, r in reports.items():
-        points += [
-            WatchPoint(policy, c.question, c.at_s, c.p_yes, c.fired, c.check_ms, r.prefill_ms) for c in r.watches
-        ]
+        points += [WatchPoint(policy, check, r.prefill_ms) for check in r.watches]
         fired = [c for c in r.watches if c.fired]
-        alerts += [
-            Alert(policy, c.question, c.at_s, a.frames_seen, c.p_yes, a.text, a.ttft_ms, frame)
-            for c, a in zip(fired, r.alerts, strict=True)
-        ]
-    return points, alerts
-
-
-def watch_metrics(view: LiveView, watching: list[str]) -> dict:
-    """The standing questions for the API: per question and policy its last p(yes), checks and
-    firings, and the latest alerts (without their frames)."""
-    rows = []
-    for question in watching:
-        for policy in view.snapshots:
-            points = [p for p in view.watch_history if p.question == question and p.policy == policy]
-            last = points[-1] if points else None
-            rows.append(
-                {
-                    "question": question,
-                    "policy": policy,
-                    "checks": len(points),
-                    "fired": sum(p.fired for p in points),
-                    "p_yes": None if last is None else last.p_yes,
-                    "at_s": None if last is None else last.at_s,
-                    "check_ms": None if last is None else last.check_ms,
-                    "prefill_ms": None if last is None else last.prefill_ms,
-                }
-            )
-    return {
-        "watching": list(watching),
-        "watch_threshold": view.settings.watch_threshold,
-        "standing": rows,
-        "alerts": [
-            {
-                "policy": a.policy,
-                "question": a.question,
-                "at_s": a.at_s,
-                "frames_seen": a.frames_seen,
-                "p_yes": a.p_yes,
-                "text": a.text,
-                "ttft_ms": a.ttft_ms,
-            }
-            for a in view.alerts[-20:]
-        ],
-    }
+        alerts += [Alert(policy, c, a, frame) for c, a in zip(fired, r.alerts, strict=True)]
+    return points, [dataclasses.replace(a, number=first + i) for i, a in enumerate(alerts)]
 
 
 def measured(attention: AttentionLayers) -> bool:
@@ -292,42 +262,3 @@ def thumbnail(image: np.ndarray, side: int = THUMB_SIDE) -> np.ndarray:
         return image.copy()
     scale = side / max(h, w)
     return np.asarray(Image.fromarray(image).resize((max(1, round(w * scale)), max(1, round(h * scale)))))
-
-
-def metrics_of(
-    view: LiveView, status: StreamStatus, reading: MemoryReading, model: str, random_weights: bool, reserved_bytes: int
-) -> dict:
-    """Plain-data numbers of a stream for the API and the UI's details panel."""
-    last = view.history[-1] if view.history else None
-    return {
-        "model": model,
-        "random_weights": random_weights,
-        "state": status.state,
-        "source": status.source,
-        "speed": status.speed,
-        "error": status.error,
-        "note": status.note,
-        "reserved_bytes": reserved_bytes,
-        "settings": dataclasses.asdict(view.settings),
-        "frames_read": status.frames_read,
-        "frames_seen": view.frames_seen,
-        "stream_time_s": view.stream_time_s,
-        "chunks": view.chunks,
-        "queued_chunks": status.queued_chunks,
-        "dropped_frames": status.dropped_frames,
-        "policies": list(view.snapshots),  # the memories side by side; the per-policy numbers below
-        "frames_in_memory": dict(view.frames_in_memory),
-        "cache_bytes": {p: s.cache_bytes for p, s in view.snapshots.items()},
-        "host_bytes": {} if last is None else dict(last.host_bytes),  # rekv's store of every frame
-        "video_tokens_per_layer": {
-            p: [int((layer.stream_ids >= 0).sum()) for layer in s.layers] for p, s in view.snapshots.items()
-        },
-        # The decoder layer of each entry above; a hybrid model's other layers hold a constant state.
-        "kv_layers": {p: s.layer_names() for p, s in view.snapshots.items()},
-        "state_layers": {p: s.state_layers for p, s in view.snapshots.items()},
-        "state_bytes": {p: s.state_bytes for p, s in view.snapshots.items()},
-        "last_chunk": None if last is None else {"prefill_ms": last.prefill_ms, "compress_ms": last.compress_ms},
-        "rss_bytes": reading.rss_bytes,
-        "gpu_allocated_bytes": reading.gpu_allocated_bytes,
-        "answers": [dataclasses.asdict(a) for a in view.answers[-20:]],
-    }

@@ -1,13 +1,10 @@
-"""A viewer's standing questions, and the alerts they fired that the page has yet to show."""
+"""A viewer's standing questions (the alerts they fire reach the page in the stream's view)."""
 
 from __future__ import annotations
 
 import threading
-from collections import deque
-from collections.abc import Iterable
 
 from hermes.engine.watch import check_removable, validate_standing
-from hermes.serving.view import ALERT_LIMIT, Alert
 
 
 class Watchlist:
@@ -19,7 +16,6 @@ class Watchlist:
         self.max_chars = max_chars
         self._lock = threading.Lock()
         self._questions: list[str] = []
-        self._alerts: deque[Alert] = deque(maxlen=ALERT_LIMIT)
 
     def add(self, question: str) -> list[str]:
         """Watch `question` too; the list now. WatchError for an empty, too long, repeated or fifth one."""
@@ -36,20 +32,3 @@ class Watchlist:
     def questions(self) -> list[str]:
         with self._lock:
             return list(self._questions)
-
-    def push_alerts(self, alerts: Iterable[Alert]) -> None:
-        """Alerts that fired, for the page to show (the oldest go when too many wait)."""
-        with self._lock:
-            self._alerts.extend(alerts)
-
-    def pop_alerts(self) -> list[Alert]:
-        """The alerts since the last call, oldest first, each returned once."""
-        with self._lock:
-            out = list(self._alerts)
-            self._alerts.clear()
-            return out
-
-    def clear_alerts(self) -> None:
-        """Forget the alerts waiting (the stream was reset)."""
-        with self._lock:
-            self._alerts.clear()

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from hermes.engine.methods import policy_names
 from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.eval.policies import PolicyGroup
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import POLICY_NAMES
 from hermes.models.base import VideoLM
 from hermes.serving.replay import play
 from hermes.toyworld.files import ToyWorldError
@@ -46,7 +46,7 @@ FULL = "full"
 
 def benchmark_policies() -> list[str]:
     """Every method the policy registry has (so a new one joins by registering), and hermes+dtd."""
-    methods = [name for name in POLICY_NAMES if "+" not in name]
+    methods = [name for name in policy_names() if "+" not in name]
     return [FULL, *(m for m in methods if m != FULL), "hermes+dtd"]
 
 

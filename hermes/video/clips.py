@@ -46,6 +46,25 @@ def ffmpeg_path() -> str:
     return exe
 
 
+def _needle_filters(
+    needles: Mapping[float, str], fps: float, n_frames: int, seconds: float, needle_frames: int
+) -> list[str]:
+    """ffmpeg filters that fill the frame shown at each needle's time, and the `needle_frames` - 1
+    after it, with the needle's colour."""
+    filters = []
+    for t, colour in sorted(needles.items()):
+        if not _COLOUR_RE.match(colour):
+            raise ValueError(f"bad needle colour {colour!r}")
+        # The small epsilon keeps t=3.0 at 10 fps on frame 30 despite float error.
+        k = math.floor(t * fps + 1e-6)
+        if not 0 <= k < n_frames:
+            raise ValueError(f"needle at t={t}s is outside the clip (0..{seconds}s)")
+        # Timeline editing by frame number `n` is exact (no float time compare).
+        enable = f"between(n\\,{k}\\,{k + needle_frames - 1})"
+        filters.append(f"drawbox=x=0:y=0:w=iw:h=ih:color={colour}:t=fill:enable='{enable}'")
+    return filters
+
+
 def make_clip(
     path: str | Path,
     seconds: float,
@@ -83,18 +102,7 @@ def make_clip(
     if needle_frames < 1:
         raise ValueError(f"needle_frames must be >= 1, got {needle_frames}")
     n_frames = round(seconds * fps)
-
-    filters = []
-    for t, colour in sorted((needles or {}).items()):
-        if not _COLOUR_RE.match(colour):
-            raise ValueError(f"bad needle colour {colour!r}")
-        # The small epsilon keeps t=3.0 at 10 fps on frame 30 despite float error.
-        k = math.floor(t * fps + 1e-6)
-        if not 0 <= k < n_frames:
-            raise ValueError(f"needle at t={t}s is outside the clip (0..{seconds}s)")
-        # Timeline editing by frame number `n` is exact (no float time compare).
-        enable = f"between(n\\,{k}\\,{k + needle_frames - 1})"
-        filters.append(f"drawbox=x=0:y=0:w=iw:h=ih:color={colour}:t=fill:enable='{enable}'")
+    filters = _needle_filters(needles or {}, fps, n_frames, seconds, needle_frames)
 
     cmd = [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
     # testsrc2 needs a duration; give one frame more than needed and cut with -frames:v.

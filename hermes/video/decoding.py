@@ -6,9 +6,10 @@ Frames are always uint8 RGB numpy arrays of shape (H, W, 3). Two sources feed th
 * files: ``VideoFile(path).frames(fps)`` decodes lazily, a batch of frames at a time, so
   a 30-minute video never sits in RAM. Frames larger than ``max_side`` (default 768 px on
   the longer side) are downscaled by decord while decoding, aspect kept. The decoder's
-  fallbacks are in ``hermes.video.reader``; a file damaged part-way yields its good frames,
-  then raises ``VideoDamaged`` (``UntilDamage`` turns that into a clean end), and
-  ``check_start`` is what Start asks before it says "Streaming".
+  fallbacks are in ``hermes.video.reader``. A frame that cannot be decoded is skipped, and the
+  next frame that decodes says so (``Frame.skipped``); a file that decodes no further raises
+  ``VideoDamaged`` after its last good frame (``UntilDamage`` turns that into a clean end and
+  collects the skips), and ``check_start`` is what Start asks before it says "Streaming".
 * webcam: ``Chunker.push(array)`` takes arrays of any supported layout (RGB, RGBA,
   grayscale, float in [0, 1]) and of varying sizes, and brings them all to one size.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -29,9 +30,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from hermes.video.errors import VideoDamaged, VideoError
+from hermes.video.errors import Skipped, VideoDamaged, VideoError
 from hermes.video.native import ffmpeg_tool, remux
-from hermes.video.reader import FrameFailed, FrameReader, OpenFailed, open_reason
+from hermes.video.reader import FrameReader, OpenFailed, open_reason
 
 DEFAULT_MAX_SIDE = 768
 # Sampled frames that Start decodes before it says "Streaming" (the first few seconds at 1 fps).
@@ -43,11 +44,13 @@ _EPS = 1e-3
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One frame: ``image`` (H, W, 3) uint8 RGB, ``t`` seconds from stream start,
-    ``source_index`` the frame number in the file (-1 for pushed webcam frames)."""
+    ``source_index`` the frame number in the file (-1 for pushed webcam frames); ``skipped``, the
+    frames just before it that could not be decoded (None when there were none)."""
 
     image: np.ndarray
     t: float
     source_index: int = -1
+    skipped: Skipped | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,11 +304,19 @@ class VideoFile:
         self.close()
 
     @property
-    def decoder_mode(self) -> str:
-        """How decord reads this file so far (see `FrameReader.mode`); a failing batch changes it."""
+    def threaded(self) -> bool:
+        """Whether decord still decodes this file with FFmpeg's threads (a frame that fails with them
+        sets it to one thread, see `hermes.video.reader`)."""
         if self._reader is None:
             raise VideoError(self.path, "video was closed")
-        return self._reader.mode
+        return self._reader.threaded
+
+    @property
+    def rescued_frames(self) -> int:
+        """Frames so far that decord could not decode and FFmpeg did (a damaged stretch of the file)."""
+        if self._reader is None:
+            raise VideoError(self.path, "video was closed")
+        return self._reader.rescued
 
     @property
     def frame_times(self) -> np.ndarray:
@@ -330,8 +341,10 @@ class VideoFile:
     ) -> Iterator[Frame]:
         """Yield frames sampled at ``fps`` (None: every frame) from ``start`` to ``end`` s.
 
-        Decodes ``batch_size`` frames at a time (memory stays bounded). A file damaged further in
-        yields every frame up to the last good one, then raises VideoDamaged saying where.
+        Decodes ``batch_size`` frames at a time (memory stays bounded). A frame that cannot be
+        decoded is skipped, and the next one that decodes carries the count (``Frame.skipped``). A
+        file that decodes no further yields every frame up to the last good one, then raises
+        VideoDamaged saying where.
         """
         if self._reader is None:
             raise VideoError(self.path, "video was closed")
@@ -342,38 +355,54 @@ class VideoFile:
 
     def _iter(self, idx: np.ndarray, times: np.ndarray, batch_size: int) -> Iterator[Frame]:
         good_until: float | None = None
+        skipped: list[float] = []  # times of the frames that failed since the last good one
         for b0 in range(0, len(idx), batch_size):
             reader = self._reader
             if reader is None:
                 raise VideoError(self.path, "video was closed")
-            bidx = idx[b0 : b0 + batch_size]
             position = b0
             try:
-                for image in reader.read(bidx):
-                    yield Frame(image, float(times[position]), int(idx[position]))
-                    good_until, position = float(times[position]), position + 1
-            except (FrameFailed, OpenFailed) as e:
+                for image in reader.read(idx[b0 : b0 + batch_size]):
+                    t = float(times[position])
+                    if image is None:
+                        skipped.append(t)
+                    else:
+                        note = Skipped(skipped[0], len(skipped)) if skipped else None
+                        yield Frame(image, t, int(idx[position]), note)
+                        good_until, skipped = t, []
+                    position += 1
+            except OpenFailed as e:  # the file went away, or cannot be opened again
                 raise VideoDamaged(self.path, good_until, float(times[position])) from e
+        if skipped:  # nothing decodes after the last good frame
+            raise VideoDamaged(self.path, good_until, skipped[0])
 
 
 class UntilDamage:
-    """Frames up to the last good one: iterating ends where the file turns out to be damaged, and
-    `damage` then holds the VideoDamaged that says where (None when the file ended normally). For
-    consumers that must finish with what was read: the CLI, the eval harness, a live stream."""
+    """Frames up to the last good one: iterating ends where the file decodes no further, and
+    `damage` then holds the VideoDamaged that says where (None when the file ended normally).
+    `skips` collects the frames skipped on the way, each also handed to `on_skip` as it is found.
+    For consumers that must finish with what was read: the CLI, the eval harness, a live stream."""
 
-    def __init__(self, frames: Iterable[Frame]) -> None:
+    def __init__(self, frames: Iterable[Frame], on_skip: Callable[[Skipped], None] | None = None) -> None:
         self._frames = iter(frames)
+        self._on_skip = on_skip
         self.damage: VideoDamaged | None = None
+        self.skips: list[Skipped] = []
 
     def __iter__(self) -> UntilDamage:
         return self
 
     def __next__(self) -> Frame:
         try:
-            return next(self._frames)
+            frame = next(self._frames)
         except VideoDamaged as exc:
             self.damage = exc
             raise StopIteration from None
+        if frame.skipped is not None:
+            self.skips.append(frame.skipped)
+            if self._on_skip is not None:
+                self._on_skip(frame.skipped)
+        return frame
 
 
 def probe(path: str | os.PathLike[str], *, max_side: int | None = DEFAULT_MAX_SIDE) -> VideoInfo:
@@ -390,8 +419,9 @@ def check_start(
     frames: int = START_CHECK_FRAMES,
 ) -> VideoInfo:
     """What Start checks before it says "Streaming": the file opens and its first `frames` frames at
-    `fps` decode, through the same reader a stream uses. Raises VideoError with the reason otherwise
-    ("the file is damaged after 0:01"); a file damaged further in streams up to the damage."""
+    `fps` that decode do (a damaged one among them is skipped, as the stream will), through the same
+    reader a stream uses. Raises VideoError with the reason otherwise ("the file is damaged after
+    0:01": nothing decodes after it); a file that decodes no further later streams up to there."""
     with VideoFile(path, max_side=max_side) as vf:
         try:
             for _ in islice(vf.frames(fps, batch_size=frames), frames):

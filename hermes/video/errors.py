@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -37,3 +39,26 @@ class VideoDamaged(VideoError):
             "and what was read stays in memory."
         )
         super().__init__(path, f"the file is damaged {where}", message)
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """`frames` frames in a row, the first at `at_s`, that the decoder could not decode: the stream
+    went on at the next frame that decodes, as a player does."""
+
+    at_s: float
+    frames: int
+
+    def __str__(self) -> str:
+        return f"{self.frames} frame{'s' if self.frames != 1 else ''} could not be decoded at {clock(self.at_s)}"
+
+
+def skipped_summary(skips: Sequence[Skipped]) -> str | None:
+    """The frames a stream skipped, in one line: the one skip as it reads, or the total and where
+    (None when none were skipped)."""
+    if not skips:
+        return None
+    if len(skips) == 1:
+        return str(skips[0])
+    where = ", ".join(clock(s.at_s) for s in skips[:5]) + (", ..." if len(skips) > 5 else "")
+    return f"{sum(s.frames for s in skips)} frames could not be decoded (at {where})"

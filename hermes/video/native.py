@@ -11,7 +11,7 @@ Errors reach the caller as VideoError instead. HERMES_VIDEO_DEBUG=1 leaves every
 from __future__ import annotations
 
 import contextlib
-import io
+import json
 import os
 import re
 import shutil
@@ -19,11 +19,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 # decord's (dmlc) log lines and FFmpeg's, as they start on stderr.
 _NATIVE_LINE = re.compile(rb"^(\[\d\d:\d\d:\d\d\] \S+\.(cc|h):\d+: |\[[\w.-]+ @ 0x[0-9a-f]+\] )")
@@ -170,24 +169,68 @@ def remux(path: Path) -> Path | None:
     return out
 
 
-def ffmpeg_frame(path: Path, at_s: float, size: tuple[int, int] | None) -> np.ndarray | None:
-    """The frame shown at `at_s` seconds (from the video stream's start), decoded by ffmpeg alone:
-    single-threaded, from the key frame before it, exiting at the first decoding error. Upright
-    (rotation applied) and scaled to `size` (w, h) when given, as decord gives frames. None without
-    ffmpeg, or when a packet on the way is damaged."""
-    exe = ffmpeg_tool("ffmpeg")
+def stream_start(path: Path) -> float:
+    """When the file's first video stream starts, in seconds on the container's clock (0 without
+    ffprobe, or when unknown). decord counts frame times from there."""
+    exe = ffmpeg_tool("ffprobe")
     if exe is None:
-        return None
-    # 1 ms early: the first frame at or after it is the one that starts at `at_s`.
-    cmd = [exe, "-nostdin", "-v", "error", "-xerror", "-threads", "1", "-ss", f"{max(0.0, at_s - 1e-3):.6f}"]
-    cmd += ["-i", str(path), "-map", "0:v:0", "-frames:v", "1"]
-    if size is not None:
-        cmd += ["-vf", f"scale={size[0]}:{size[1]}"]
+        return 0.0
+    cmd = [exe, "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=start_time", "-of", "json"]
     try:
-        done = subprocess.run([*cmd, "-f", "image2pipe", "-c:v", "ppm", "-"], capture_output=True, timeout=60)
+        out = subprocess.run([*cmd, str(path)], capture_output=True, text=True, timeout=30)
+        return float(json.loads(out.stdout)["streams"][0]["start_time"])
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+        return 0.0
+
+
+# What FFmpeg's showinfo filter says of each frame it passes: its time in microseconds (after settb,
+# below; its pts_time has 6 significant digits, 10 ms after 16 minutes) and its size.
+_SHOWINFO = re.compile(rb"\bn:\s*\d+\s+pts:\s*(-?\d+)\s.*?\bs:(\d+)x(\d+)")
+
+
+def ffmpeg_frames(
+    path: Path,
+    starts: Sequence[float],
+    slack: Sequence[float],
+    size: tuple[int, int] | None,
+    *,
+    seek_s: float,
+    origin_s: float = 0.0,
+) -> list[np.ndarray | None]:
+    """The frames that start at `starts` (seconds from the video stream's start, ascending), decoded
+    by FFmpeg alone in one pass from `seek_s` (a key frame's start, or before it), single-threaded,
+    as its own player decodes: a damaged packet is dropped and the frames that refer to it are
+    concealed. None for each frame that FFmpeg's decoder does not output (its packet is damaged
+    beyond repair), and for all of them without ffmpeg. A frame is matched to a start within its
+    `slack` seconds. Upright (rotation applied) and scaled to `size` (w, h) when given, as decord
+    gives frames. `origin_s`: where the stream starts on the container's clock (`stream_start`)."""
+    exe = ffmpeg_tool("ffmpeg")
+    if exe is None or not starts:
+        return [None] * len(starts)
+    # The container's own clock throughout (-copyts, -seek_timestamp): no start time is added or
+    # taken away, whatever the FFmpeg version; the filters pick the frames, not ffmpeg's trimming.
+    clock = [t + origin_s for t in starts]
+    wanted = "+".join(f"between(t\\,{t - s:.6f}\\,{t + s:.6f})" for t, s in zip(clock, slack, strict=True))
+    scale = [f"scale={size[0]}:{size[1]}"] if size else []
+    chain = [f"trim=end={clock[-1] + slack[-1]:.6f}", f"select='{wanted}'", *scale, "settb=AVTB", "showinfo"]
+    cmd = [exe, "-nostdin", "-hide_banner", "-loglevel", "info", "-threads", "1", "-copyts", "-seek_timestamp", "1"]
+    cmd += ["-noaccurate_seek", "-ss", f"{seek_s + origin_s:.6f}", "-i", str(path), "-map", "0:v:0"]
+    # Passthrough: each frame once, as picked (a constant rate would repeat them to fill the gaps).
+    cmd += ["-vf", ",".join(chain), "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=REMUX_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0 or not done.stdout:
-        return None
-    with Image.open(io.BytesIO(done.stdout)) as image:  # PPM: its header says the size
-        return np.asarray(image.convert("RGB"))
+        return [None] * len(starts)
+    out: list[np.ndarray | None] = [None] * len(starts)
+    at = 0
+    for match in _SHOWINFO.finditer(done.stderr):
+        w, h = int(match[2]), int(match[3])
+        pixels = done.stdout[at : at + w * h * 3]
+        at += w * h * 3
+        if len(pixels) < w * h * 3:
+            break  # ffmpeg stopped part-way through this frame
+        t = int(match[1]) / 1e6 - origin_s
+        k = min(range(len(starts)), key=lambda i: abs(starts[i] - t))
+        if abs(starts[k] - t) <= slack[k]:
+            out[k] = np.frombuffer(pixels, np.uint8).reshape(h, w, 3)
+    return out

@@ -1,47 +1,41 @@
 """Frames out of decord, with the fallbacks that decord's bugs need, and its errors in words.
 
-`FrameReader` decodes a batch of frames at a time, as fast as decord goes, and steps down only
-when a batch fails:
+`FrameReader` reads frame by frame, the one way decord reads every file on every processor (see
+docs/design.md, "Decoding video files"), and steps down only when a frame fails:
 
 1. FFmpeg's own threads (decord's `num_threads=0`) while that works. decord's threaded decoding
    breaks on VP9 (what a browser's MediaRecorder writes): FFmpeg asks it to wait and it fails
-   instead. A batch that fails is retried single-threaded, and the file is read single-threaded
+   instead. A frame that fails is retried single-threaded, and the file is read single-threaded
    from then on; H.264 keeps its threads.
-2. A batch that fails single-threaded too is read one frame at a time. When every frame then
-   decodes, decord's batch path is what is broken for this file (frames narrower than its row
-   alignment, 16x16 say, cannot be copied into a batch), and the file is read a frame at a time
-   from then on.
-3. Once a frame fails in decord, the rest of the batch is decoded by FFmpeg itself, a frame at a
-   time, single-threaded and stopping at the first error. decord's worker thread runs ahead of
-   the frame asked for, so a damaged packet fails frames *before* it, and which ones depends on
-   timing; FFmpeg decodes exactly the packets a frame needs. A frame that FFmpeg cannot decode
-   either ends the reading with `FrameFailed`: the file is damaged there, and every frame before
-   it has been handed out.
+2. A frame that fails single-threaded too, and the rest of the frames asked for with it, are
+   decoded by FFmpeg itself, in one pass from the key frame before it, as FFmpeg's own player
+   decodes them: a damaged packet is dropped, the frames that refer to it are concealed, and
+   decoding goes on. decord's worker thread runs ahead of the frame asked for, so a damaged packet
+   fails frames *before* it, and which ones depends on timing; FFmpeg decodes exactly the packets
+   each frame needs. A frame that FFmpeg does not output either comes back as None: skipped.
+
+decord shapes a frame whose RGB rows FFmpeg padded as (H, W, padded row bytes / W) whenever that
+divides evenly; `unpad` cuts the rows back to their pixels.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from hermes.video.native import codec_name, decord, ffmpeg_frame, ffmpeg_tool, quiet_native
+from hermes.video.native import codec_name, decord, ffmpeg_frames, ffmpeg_tool, quiet_native, stream_start
 
 log = logging.getLogger(__name__)
 
 # FFmpeg's error codes, as decord's messages print them: no decoder for the stream's codec, no stream.
 _DECODER_NOT_FOUND = "-1128613112"
 _STREAM_NOT_FOUND = "-1381258232"
-
-
-class FrameFailed(Exception):
-    """Frame `index` of the file cannot be decoded, even alone."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        super().__init__(f"frame {index} cannot be decoded")
+# How far from its start a frame that FFmpeg decodes may lie and still be the frame asked for, as a
+# share of the gap to its neighbours: decord's times are float32 (about 1 ms off after 3 hours).
+_SLACK = 0.4
 
 
 class OpenFailed(Exception):
@@ -73,16 +67,26 @@ def open_reason(exc: BaseException, path: Path, first_frame: bool = False) -> Op
 
 
 def unpad(image: np.ndarray) -> np.ndarray:
-    """A frame as (H, W, 3). decord hands out frames whose rows are padded (an RGB row of a 16 px wide
-    frame takes 96 bytes, not 48) as (H, W, padded_row_bytes / W); the pixels are each row's start."""
+    """A frame as (H, W, 3). decord hands out frames whose rows are padded (a 96 px RGB row that FFmpeg
+    aligned to 128 px takes 384 bytes, not 288) as (H, W, padded_row_bytes / W); the pixels are each
+    row's start."""
     h, w, c = image.shape
     if c == 3:
         return image
     return np.ascontiguousarray(image.reshape(h, w * c)[:, : w * 3].reshape(h, w, 3))
 
 
+def frame_slack(starts: np.ndarray) -> np.ndarray:
+    """For each frame start, how far from it a decoded frame's time may lie and still be that frame."""
+    gaps = np.diff(starts)
+    before = np.concatenate([[np.inf], gaps])
+    after = np.concatenate([gaps, [np.inf]])
+    nearest = np.minimum(before, after)
+    return np.where(np.isfinite(nearest), _SLACK * nearest, 0.5)
+
+
 class FrameReader:
-    """One decord reader over a file, stepping down from threaded batches as the module says.
+    """One decord reader over a file, stepping down from FFmpeg's threads as the module says.
 
     `size` (w, h) has decord scale while decoding (None: the native size). Opening raises OpenFailed.
     Not thread-safe: one reader per consumer thread.
@@ -91,24 +95,21 @@ class FrameReader:
     def __init__(self, path: Path, size: tuple[int, int] | None = None) -> None:
         self.path = path
         self._size = size
-        self._threaded = True
-        self._one_at_a_time = False
+        self.threaded = True  # decoding with FFmpeg's threads; False once a frame failed with them
+        self.rescued = 0  # frames that decord could not decode and FFmpeg did
         self._vr = self._open()
         self._broken = False  # a decord reader that failed once keeps failing: the next call reopens it
-        self._starts: np.ndarray | None = None
+        self._error: Exception | None = None  # decord's last error, for the reason a file cannot be read
+        self._starts: np.ndarray | None = None  # frame starts, their slack, the key frames and where the stream
+        self._slack: np.ndarray | None = None  # starts on the container's clock: for FFmpeg
+        self._keys: np.ndarray | None = None
+        self._origin = 0.0
         self._frame_size = size  # (w, h) of the frames handed out, once known: FFmpeg's must match
-
-    @property
-    def mode(self) -> str:
-        """How this file is being read: "threaded batches", "single-threaded batches" or "one frame at a time"."""
-        if self._one_at_a_time:
-            return "one frame at a time"
-        return "threaded batches" if self._threaded else "single-threaded batches"
 
     def _open(self):
         w, h = self._size or (-1, -1)
         lib = decord()
-        threads = 0 if self._threaded else 1
+        threads = 0 if self.threaded else 1
         try:
             with quiet_native():
                 return lib.VideoReader(str(self.path), ctx=lib.cpu(0), width=w, height=h, num_threads=threads)
@@ -135,75 +136,63 @@ class FrameReader:
             return float(self._reader().get_avg_fps())
 
     def first_frame(self) -> np.ndarray:
-        """Frame 0 (OpenFailed if it cannot be decoded)."""
-        try:
-            return next(self.read([0]))
-        except FrameFailed as e:
-            raise open_reason(e.__cause__ or e, self.path, first_frame=True) from e
+        """Frame 0 (OpenFailed, with decord's reason in words, if it cannot be decoded)."""
+        image = next(self.read([0]))
+        if image is None:
+            raise open_reason(self._error or RuntimeError("no frame"), self.path, first_frame=True)
+        return image
 
-    def read(self, indices: Sequence[int]) -> Iterator[np.ndarray]:
-        """The frames at `indices` (ascending), each (H, W, 3) uint8; FrameFailed at the first that
-        cannot be decoded, after the ones before it."""
+    def read(self, indices: Sequence[int]) -> Iterator[np.ndarray | None]:
+        """The frames at `indices` (ascending), each (H, W, 3) uint8, or None for a frame that neither
+        decord nor FFmpeg can decode (its packet is damaged)."""
         indices = [int(i) for i in indices]
-        if not self._one_at_a_time:
-            batch = self._batch(indices)
-            if batch is not None:
-                self._frame_size = self._frame_size or (batch.shape[2], batch.shape[1])
-                yield from batch
-                return
-        if (yield from self._singly(indices)):
-            self._one_at_a_time = True  # decord decoded every frame alone: its batches are broken here
-
-    def _batch(self, indices: list[int]) -> np.ndarray | None:
-        """The frames as one batch, stepping down to a single thread if needed; None if that fails too."""
-        try:
-            vr = self._reader()
-            with quiet_native():
-                return vr.get_batch(indices).asnumpy()
-        except Exception as e:
-            log.debug("decord batch of %s failed (threaded=%s): %s", self.path, self._threaded, e)
-            self._broken = True
-        if not self._threaded:
-            return None
-        self._threaded = False
-        return self._batch(indices)
-
-    def _singly(self, indices: list[int]) -> Generator[np.ndarray, None, bool]:
-        """The frames one at a time; returns whether decord decoded them all itself.
-
-        Once decord fails on a frame, the rest of the batch comes from FFmpeg, one frame each: decord
-        reads packets ahead of the frame it returns, so a damaged packet further on fails frames
-        before it, and which ones depends on its threads' timing.
-        """
-        by_decord = True
-        for index in indices:
-            image = self._decord_frame(index) if by_decord else None
+        for k, index in enumerate(indices):
+            image = self._decord_frame(index)
             if image is None:
-                by_decord = False
-                image = self._exact_frame(index)
-            image = unpad(image)
+                yield from self.read_by_ffmpeg(indices[k:])
+                return
             self._frame_size = self._frame_size or (image.shape[1], image.shape[0])
             yield image
-        return by_decord
 
     def _decord_frame(self, index: int) -> np.ndarray | None:
+        """Frame `index` from decord, retried single-threaded if it fails threaded; None if that fails too."""
         try:
             vr = self._reader()
             with quiet_native():
-                return vr[index].asnumpy()
+                return unpad(vr[index].asnumpy())
+        except OpenFailed:
+            raise
         except Exception as e:
-            log.debug("decord could not decode frame %d of %s: %s", index, self.path, e)
-            self._broken = True
+            log.debug("decord could not decode frame %d of %s (threaded=%s): %s", index, self.path, self.threaded, e)
+            self._broken, self._error = True, e
+        if not self.threaded:
             return None
+        self.threaded = False
+        return self._decord_frame(index)
 
-    def _exact_frame(self, index: int) -> np.ndarray:
-        """Frame `index` decoded by FFmpeg alone, single-threaded, failing at the first damaged packet on
-        its way (FrameFailed); without ffmpeg, by a fresh decord reader."""
-        if self._starts is None:
+    def read_by_ffmpeg(self, indices: Sequence[int]) -> Iterator[np.ndarray | None]:
+        """The frames at `indices` (ascending) decoded by FFmpeg in one pass, what `read` falls back to
+        (None for those it does not decode); without ffmpeg, each by a fresh decord reader."""
+        indices = [int(i) for i in indices]
+        if ffmpeg_tool("ffmpeg") is None:
+            for index in indices:
+                self._broken = True
+                yield self._decord_frame(index)
+            return
+        if self._starts is None or self._slack is None or self._keys is None:
             self._starts = self.timestamps()[:, 0]
-        image = ffmpeg_frame(self.path, float(self._starts[index]), self._frame_size)
-        if image is None and ffmpeg_tool("ffmpeg") is None:
-            image = self._decord_frame(index)
-        if image is None:
-            raise FrameFailed(index)
-        return image
+            self._slack, self._origin = frame_slack(self._starts), stream_start(self.path)
+            with quiet_native():
+                self._keys = np.asarray(self._reader().get_key_indices(), dtype=np.int64)
+        starts = [float(self._starts[i]) for i in indices]
+        slack = [float(self._slack[i]) for i in indices]
+        # From the key frame before the first, a little before it: MPEG-TS, say, seeks only roughly.
+        before = self._keys[self._keys <= indices[0]]
+        key = int(before[-1]) if len(before) else 0
+        seek = float(self._starts[key] - self._slack[key])
+        images = ffmpeg_frames(self.path, starts, slack, self._frame_size, seek_s=seek, origin_s=self._origin)
+        for image in images:
+            if image is not None:
+                self._frame_size = self._frame_size or (image.shape[1], image.shape[0])
+                self.rescued += 1
+            yield image

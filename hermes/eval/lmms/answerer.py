@@ -8,12 +8,12 @@ it is after the last frame, so a task's answers equal `hermes eval`'s for the sa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
+from hermes.engine.methods import DEFAULT_POLICY
 from hermes.engine.session import StreamingSession
 from hermes.eval.formats import BENCHES
-from hermes.eval.harness import EvalSettings, cut_at
+from hermes.eval.harness import EvalSettings
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
 from hermes.serving.replay import play
@@ -48,7 +48,7 @@ class StreamAnswerer:
         self,
         lm: VideoLM,
         config: HermesConfig,
-        policy: str = "hermes",
+        policy: str = DEFAULT_POLICY,
         frames_fps: float | None = None,
         settings: EvalSettings | None = None,
     ) -> None:
@@ -69,10 +69,10 @@ class StreamAnswerer:
             pass
         self.video = video
 
-    def generate(self, video: str, prompt: str, max_new_tokens: int, stops: Sequence[str] = ()) -> str:
-        """The greedy answer to `prompt` after the whole video, cut at the first of `stops`."""
+    def generate(self, video: str, prompt: str, max_new_tokens: int) -> str:
+        """The greedy answer to `prompt` after the whole video."""
         self.watch(video)
-        return cut_at(self.session.ask(prompt, max_new_tokens).text, stops)
+        return self.session.ask(prompt, max_new_tokens).text
 
     def loglikelihood(self, video: str, context: str, continuation: str) -> tuple[float, bool]:
         """log p(continuation | the video, context) and whether greedy decoding would produce it."""

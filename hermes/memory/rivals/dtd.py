@@ -29,7 +29,7 @@ class DifferentialDrop:
         if not -1.0 <= self.threshold <= 1.0:
             raise ValueError(f"dtd.threshold is a cosine similarity and must lie in [-1, 1], got {self.threshold}")
 
-    def keep(
+    def select(
         self,
         features: torch.Tensor,
         frames: torch.Tensor,
@@ -42,7 +42,7 @@ class DifferentialDrop:
         `features` (n, d) are the tokens' input embeddings; `frames`, `patches` and `visual` (n,)
         say each token's frame, its patch within the frame and whether it is a visual token.
         """
-        keep = torch.ones(frames.numel(), dtype=torch.bool)
+        kept = torch.ones(frames.numel(), dtype=torch.bool)
         feats = features.float().cpu()
         for frame in torch.unique(frames[visual]):
             at = ((frames == frame) & visual).nonzero().squeeze(1)
@@ -53,6 +53,6 @@ class DifferentialDrop:
                 match = table[patches[at]]
                 has = match >= 0
                 sim = F.cosine_similarity(feats[at], prev_feats[match.clamp(min=0)], dim=-1)
-                keep[at[has & (sim > self.threshold)]] = False
+                kept[at[has & (sim > self.threshold)]] = False
             previous = (patches[at].clone(), feats[at].clone())
-        return keep, previous
+        return kept, previous

@@ -4,10 +4,14 @@ question (ReKV, Di et al., ICLR 2025).
 While streaming, each chunk's keys and values are copied, frame block by frame block, into a
 `HostStore` (host memory, with the positions they were computed at), and the device keeps only
 the newest whole frames that fit in the budget (`FrameWindow`, a sliding window). When a question
-arrives, every layer ranks the frames that have left its window by the cosine similarity between
-the question's mean query and each frame's mean key, both taken before RoPE with the heads side by
-side, as ReKV's own code does (its `_calc_block_topk`), and attends to its best `top_k` frames at
-the positions they were computed at; then they are dropped again.
+arrives, the question's own words (no chat template, no instructions, no options, as ReKV's
+`video_qa` code passes `question`) are read once after the memory; every layer ranks the frames
+that have left its window by the similarity between their mean query and each frame's mean key,
+both taken before RoPE with the heads side by side (ReKV's `_calc_block_topk`), and attends to its
+best `top_k` frames at the positions they were computed at while the whole prompt is read and the
+answer decoded; then they are dropped again. The similarity is a plain dot product, as ReKV's
+code computes it (`get_cosine_similarity` does not normalise); `similarity="cosine"` gives the
+paper's wording.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from hermes.memory.scorer import Guidance, LayerInputs
 from hermes.memory.selection import TopK
 from hermes.memory.tiers import Tier
 
+SIMILARITIES = ("dot", "cosine")
+
 
 @dataclass(frozen=True)
 class FrameRetrieval:
@@ -27,10 +33,13 @@ class FrameRetrieval:
     drops the oldest frames first)."""
 
     top_k: int = 64  # frames retrieved per layer: ReKV's `retrieve_size` default
+    similarity: str = "dot"  # "dot" as ReKV's code ranks, or "cosine" as its paper says
 
     def __post_init__(self) -> None:
         if self.top_k < 1:
             raise ValueError(f"rekv.top_k must be at least 1 frame, got {self.top_k}")
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(f"rekv.similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}")
 
     def guidance(self, tier: Tier) -> Guidance | None:
         return None
@@ -40,8 +49,10 @@ class FrameRetrieval:
 
     def rank(self, query: torch.Tensor, frame_keys: torch.Tensor) -> torch.Tensor:
         """Indices of `frame_keys` (frames, heads x dim) from the most to the least similar to
-        `query` (heads x dim): cosine similarity, ties going to the older frame."""
-        sim = torch.nn.functional.cosine_similarity(frame_keys.float(), query.float()[None], dim=-1)
+        `query` (heads x dim), by dot product or cosine (`similarity`), ties going to the older frame."""
+        keys, q = frame_keys.float(), query.float()
+        cosine = self.similarity == "cosine"
+        sim = torch.nn.functional.cosine_similarity(keys, q[None], dim=-1) if cosine else keys @ q
         return torch.sort(sim, descending=True, stable=True).indices
 
     @staticmethod

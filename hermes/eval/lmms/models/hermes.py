@@ -16,16 +16,17 @@ from typing import Any
 from lmms_eval.api.instance import Instance
 from lmms_eval.api.model import lmms
 
+from hermes.engine.methods import DEFAULT_POLICY, parse_policies
 from hermes.eval.harness import EvalSettings
 from hermes.eval.lmms.answerer import StreamAnswerer, default_reindex, video_of
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import make_policy
 from hermes.models.loading import DEFAULT_MODEL, load_video_lm, set_threads
 
 
 class HermesLMM(lmms):
     """model_args: pretrained (a hub id, a local folder, or 'tiny', 'tiny-qwen', 'tiny-qwen3'),
-    policy (any policy name: hermes, fifo, full, sink, infinipot-v, streammem, each also with +dtd),
+    policy (any policy name: hermes, fifo, full, sink, infinipot-v, streammem, rekv, simplestream,
+    each also with +dtd; rekv retrieves with the whole prompt, the only text lmms-eval hands over),
     budget, chunk_frames, fps (default: the model's), reindex (default: the paper's, lazy for
     OVO-Bench and eager for the offline benchmarks), dtype,
     frames_fps (the rate of tasks that give frame folders) and threads (torch's CPU threads, as
@@ -34,7 +35,7 @@ class HermesLMM(lmms):
     def __init__(
         self,
         pretrained: str = DEFAULT_MODEL,
-        policy: str = "hermes",
+        policy: str = DEFAULT_POLICY,
         budget: int = HermesConfig.budget,
         chunk_frames: int = HermesConfig.chunk_frames,
         fps: float | None = None,
@@ -60,8 +61,7 @@ class HermesLMM(lmms):
         self.config = HermesConfig(
             budget=int(budget), chunk_frames=int(chunk_frames), fps=fps, reindex=reindex or "lazy"
         )
-        self.policy = str(policy)
-        make_policy(self.policy, self.config)  # an unknown policy fails now, not at the first request
+        self.policy = parse_policies([str(policy)], self.config)[0]  # a bad policy fails now, not at a request
         self.reindex = reindex
         self.frames_fps = None if frames_fps is None else float(frames_fps)
         self.settings = EvalSettings()
@@ -78,13 +78,12 @@ class HermesLMM(lmms):
         """The video of a request's document."""
         return video_of(doc_to_visual(self.task_dict[task][split][doc_id]))
 
-    def _generation(self, gen_kwargs: dict) -> tuple[int, list[str]]:
-        """max_new_tokens and the stop strings of a request's generation kwargs."""
+    def _max_new_tokens(self, gen_kwargs: dict) -> int:
+        """max_new_tokens of a request's generation kwargs. Their `until` is not applied, as
+        lmms-eval's own model classes for these backbones apply none (`hermes.eval.prompts`)."""
         if gen_kwargs.get("do_sample"):
             raise ValueError("the hermes model decodes greedily; this task asks for sampling (do_sample=True)")
-        until = gen_kwargs.get("until") or []
-        stops = [until] if isinstance(until, str) else list(until)
-        return int(gen_kwargs.get("max_new_tokens", self.settings.max_new_tokens)), stops
+        return int(gen_kwargs.get("max_new_tokens", self.settings.max_new_tokens))
 
     def _by_video(self, requests: list[Instance], answer: Callable) -> list:
         """Answer requests grouped by (task, video), so that each video streams once; results in
@@ -98,11 +97,10 @@ class HermesLMM(lmms):
         return results
 
     def generate_until(self, requests: list[Instance]) -> list[str]:
-        """The greedy answer to each prompt after the whole video, cut at the task's `until`."""
+        """The greedy answer to each prompt after the whole video."""
 
         def answer(answerer: StreamAnswerer, video: str, args: tuple) -> str:
-            tokens, until = self._generation(args[1])
-            return answerer.generate(video, args[0], tokens, until)
+            return answerer.generate(video, args[0], self._max_new_tokens(args[1]))
 
         return self._by_video(requests, answer)
 
@@ -120,7 +118,7 @@ class HermesLMM(lmms):
         for request in requests:
             context, gen_kwargs, doc_to_visual, doc_to_text, doc_id, task, split = request.args
             doc = self.task_dict[task][split][doc_id]
-            tokens, until = self._generation(gen_kwargs)
+            tokens = self._max_new_tokens(gen_kwargs)
             answerer = self._answerer(task)
             visuals, replies, round_idx, info = doc_to_visual(doc), [], 0, None
             while True:
@@ -130,7 +128,7 @@ class HermesLMM(lmms):
                     )
                     if last:
                         break
-                replies.append(answerer.generate(video_of(visuals), context, tokens, until))
+                replies.append(answerer.generate(video_of(visuals), context, tokens))
                 round_idx += 1
             out.append(replies)
         return out

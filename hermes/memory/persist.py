@@ -1,0 +1,418 @@
+"""The memory file: a `HermesCache` (and a retrieval policy's host store) in one file that another
+process can load and go on from.
+
+The file is a safetensors file (docs/design.md, "The memory file"). Its tensors are the memory's
+keys and values and the bookkeeping of every slot; its metadata holds one entry, `hermes-memory`,
+a JSON header: the format and its version, the cache's layout and constants, a SHA-256 of every
+tensor, and what the caller adds (the engine adds the session's state and the model's identity).
+
+Loading reads the whole file, checks the header, the checksum and every tensor's shape and dtype
+against the header, and only then builds new objects: a damaged, truncated or foreign file raises
+`MemoryFileError` with the reason and nothing is half-loaded. Writing goes to a temporary file in
+the same folder, flushed to the disk, then renamed over the target: a crash at any moment leaves
+the previous file or the new one, whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from hermes.memory.cache import HermesCache, HermesLayer
+from hermes.memory.config import HermesConfig
+from hermes.memory.rivals.host_store import HostStore
+from hermes.memory.rope import RopeSpec
+from hermes.memory.state import StateLayer
+
+FORMAT = "hermes-memory"
+VERSION = 1
+BLOCK = 1 << 20  # bytes per write call: a crash mid-file leaves a short temporary file, never the target
+BOOKS = ("stream_ids", "frames", "patches", "positions", "origins", "scores")  # a slot's bookkeeping
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class MemoryFileError(ValueError):
+    """A file that cannot be loaded as a memory (or not into this model, policy or dtype), with the reason."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The short name of a cache dtype (bf16, fp16, fp32), as the options spell it."""
+    return next((name for name, d in DTYPES.items() if d == dtype), str(dtype).removeprefix("torch."))
+
+
+@dataclass
+class MemoryFile:
+    """A memory file's JSON header and its tensors by name."""
+
+    header: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+    def tensor(self, name: str, shape: Sequence[int] | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The tensor `name`, checked against `shape` and `dtype`; MemoryFileError if it is missing or differs."""
+        t = self.tensors.get(name)
+        if t is None:
+            raise MemoryFileError(f"the memory file is damaged: tensor {name!r} is missing")
+        if shape is not None and tuple(t.shape) != tuple(shape):
+            raise MemoryFileError(
+                f"the memory file is damaged: {name} has shape {tuple(t.shape)}, expected {tuple(shape)}"
+            )
+        if dtype is not None and t.dtype != dtype:
+            raise MemoryFileError(f"the memory file is damaged: {name} is {t.dtype}, expected {dtype}")
+        return t
+
+
+def field(header: Mapping[str, Any], key: str, kind: type | tuple[type, ...] = int) -> Any:
+    """`header[key]` if it is of `kind`; MemoryFileError otherwise (a damaged or hand-edited header)."""
+    value = header.get(key) if isinstance(header, Mapping) else None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise MemoryFileError(f"the memory file's header is damaged: {key!r} is missing or malformed")
+    return value
+
+
+# -- the file ------------------------------------------------------------------------------------
+def digest(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` so that a crash at any point leaves the old file or the new one, whole:
+    a temporary file in the same folder, written, fsynced, renamed over `path`, the folder fsynced."""
+    path = Path(path)
+    folder = path.parent
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view[:BLOCK]) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself reaches the disk
+    finally:
+        os.close(dir_fd)
+
+
+def write_memory(path: str | os.PathLike[str], memory: MemoryFile) -> int:
+    """Write `memory` to `path` atomically, with the checksum of its tensors; the bytes written."""
+    tensors = {name: t.detach().cpu().contiguous().clone() for name, t in memory.tensors.items()}
+    header = {"format": FORMAT, "version": VERSION, **memory.header, "sha256": digest(tensors)}
+    data = save_tensors(tensors, metadata={FORMAT: json.dumps(header)})
+    atomic_write(path, data)
+    return len(data)
+
+
+def _header(data: bytes, name: str) -> dict[str, Any]:
+    """The JSON header of a memory file's bytes; MemoryFileError for a file that is not one, or is cut short."""
+    n = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
+    if n < 2 or data[8:9] != b"{":
+        raise MemoryFileError(f"{name} is not a HERMES memory file (it is not a safetensors file at all)")
+    if 8 + n > len(data):
+        raise MemoryFileError(f"{name} is truncated: it ends inside its header ({len(data):,} bytes)")
+    try:
+        table = json.loads(data[8 : 8 + n])
+        meta = table.get("__metadata__") or {}
+        header = json.loads(meta[FORMAT]) if FORMAT in meta else None
+        end = max((v["data_offsets"][1] for k, v in table.items() if k != "__metadata__"), default=0)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise MemoryFileError(f"{name} is not a HERMES memory file (its header cannot be read)") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise MemoryFileError(f"{name} is a safetensors file but not a HERMES memory (model weights?)")
+    if 8 + n + end > len(data):
+        raise MemoryFileError(f"{name} is truncated: {len(data):,} of its {8 + n + end:,} bytes are there")
+    if header.get("version") != VERSION:
+        raise MemoryFileError(
+            f"{name} is a memory file of format version {header.get('version')!r}; this HERMES reads version {VERSION}"
+        )
+    return header
+
+
+def read_memory(path: str | os.PathLike[str]) -> MemoryFile:
+    """Read and check a memory file: MemoryFileError for one that cannot be read, is not a memory,
+    is truncated, or whose contents do not match their checksum."""
+    name = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise MemoryFileError(f"cannot read the memory file {name}: {exc.strerror or exc}") from None
+    header = _header(data, name)
+    try:
+        tensors = load_tensors(data)
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        raise MemoryFileError(f"{name} is damaged: {exc}") from None
+    if header.get("sha256") != digest(tensors):
+        raise MemoryFileError(f"{name} is damaged: its contents do not match their checksum")
+    return MemoryFile(header, tensors)
+
+
+# -- the cache -----------------------------------------------------------------------------------
+def pack_cache(cache: HermesCache) -> MemoryFile:
+    """The tensors and header of a cache's memory: its committed tokens, never a reader's scratch ones."""
+    tensors: dict[str, torch.Tensor] = {"rope.inv_freq": cache.rope.inv_freq}
+    layers = []
+    for i, layer in enumerate(cache.kv_layers):
+        if not layer.is_initialized:
+            raise ValueError("this memory holds nothing yet (not even the text prefix): there is nothing to save")
+        p, c = layer.prefix_len, layer.committed
+        tensors[f"kv.{i}.keys"], tensors[f"kv.{i}.values"] = layer._k[..., :c, :], layer._v[..., :c, :]
+        if layer._k0 is not None:  # the prefix's origin keys are never read, and never written
+            tensors[f"kv.{i}.origin_keys"] = layer._k0[..., p:c, :]
+        tensors |= {f"kv.{i}.{book}": getattr(layer, book) for book in BOOKS}
+        layers.append({"prefix_len": p, "summary_count": layer.summary_count, "allocated": layer.allocated})
+    states = []
+    for j, state in enumerate(cache.state_layers):
+        tensors |= {f"state.{j}.{name}": t for name, t in state._saved.items()}
+        states.append({"names": sorted(state._saved), "has_previous": bool(state._saved_previous)})
+    header = {
+        "num_layers": len(cache.layers),
+        "linear": [i for i, layer in enumerate(cache.layers) if isinstance(layer, StateLayer)],
+        "config": cache.config.to_dict(),
+        "capacity": cache.capacity,
+        "rope": {"mrope_section": cache.rope.mrope_section, "interleaved": cache.rope.interleaved},
+        "dtype": dtype_name(cache.kv_layers[0]._k.dtype),
+        "tokens_seen": cache.tokens_seen,
+        "compactions": cache.compactions,
+        "layers": layers,
+        "states": states,
+    }
+    return MemoryFile({"cache": header}, tensors)
+
+
+def _config(header: Mapping[str, Any]) -> HermesConfig:
+    values = dict(field(header, "config", dict))
+    try:
+        return HermesConfig(**{**values, "smoothing": tuple(values.get("smoothing", HermesConfig.smoothing))})
+    except (TypeError, ValueError) as exc:
+        raise MemoryFileError(f"the memory file's constants cannot be used: {exc}") from None
+
+
+def _rope(memory: MemoryFile, header: Mapping[str, Any]) -> RopeSpec:
+    spec = field(header, "rope", dict)
+    section = spec.get("mrope_section")
+    try:
+        return RopeSpec(
+            memory.tensor("rope.inv_freq", dtype=torch.float32),
+            None if section is None else tuple(int(s) for s in section),
+            bool(spec.get("interleaved", False)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise MemoryFileError(f"the memory file's rotary frequencies cannot be used: {exc}") from None
+
+
+def _check_layer(memory: MemoryFile, i: int, spec: Mapping[str, Any], axes: int, dtype: torch.dtype) -> int:
+    """Check kv layer `i`'s tensors against each other and the header; its committed length."""
+    slots = memory.tensor(f"kv.{i}.stream_ids", dtype=torch.long).numel()
+    p = field(spec, "prefix_len")
+    keys = memory.tensor(f"kv.{i}.keys", dtype=dtype)
+    if keys.dim() != 4 or keys.shape[0] != 1 or keys.shape[2] != p + slots:
+        raise MemoryFileError(f"the memory file is damaged: layer {i} holds {tuple(keys.shape)} keys for {p + slots}")
+    memory.tensor(f"kv.{i}.values", keys.shape, dtype)
+    if dtype in (torch.bfloat16, torch.float16):
+        memory.tensor(f"kv.{i}.origin_keys", (*keys.shape[:2], slots, keys.shape[3]), dtype)
+    for book in ("frames", "patches"):
+        memory.tensor(f"kv.{i}.{book}", (slots,), torch.long)
+    for book in ("positions", "origins"):
+        memory.tensor(f"kv.{i}.{book}", (axes, slots), torch.long)
+    memory.tensor(f"kv.{i}.scores", (slots,), torch.float32)
+    if field(spec, "allocated") < p + slots or field(spec, "summary_count") < 0:
+        raise MemoryFileError(f"the memory file's header is damaged: layer {i}'s sizes do not add up")
+    return p + slots
+
+
+def check_cache(memory: MemoryFile) -> tuple[dict[str, Any], HermesConfig, RopeSpec, torch.dtype]:
+    """Check every part of a memory file's cache before anything is built from it: its header,
+    constants, rotary frequencies, and the shape and dtype of every tensor."""
+    header = field(memory.header, "cache", dict)
+    config, rope = _config(header), _rope(memory, header)
+    dtype = DTYPES.get(field(header, "dtype", str))
+    if dtype is None:
+        raise MemoryFileError(f"the memory file's dtype {header['dtype']!r} is not one of {', '.join(DTYPES)}")
+    linear, layers, states = field(header, "linear", list), field(header, "layers", list), field(header, "states", list)
+    num_layers = field(header, "num_layers")
+    if len(layers) + len(linear) != num_layers or len(states) != len(linear) or not layers:
+        raise MemoryFileError("the memory file's header is damaged: its layers do not add up")
+    if not all(isinstance(i, int) and 0 <= i < num_layers for i in linear):
+        raise MemoryFileError("the memory file's header is damaged: its linear-attention layers are out of range")
+    lengths = {_check_layer(memory, i, spec, rope.axes, dtype) for i, spec in enumerate(layers)}
+    if len(lengths) != 1:
+        raise MemoryFileError("the memory file is damaged: its layers differ in length")
+    for j, spec in enumerate(states):
+        names = field(spec, "names", list)
+        if not set(names) <= {"conv", "recurrent"}:
+            raise MemoryFileError(f"the memory file's header is damaged: state layer {j} names {names}")
+        for name in names:
+            memory.tensor(f"state.{j}.{name}")
+    for key in ("tokens_seen", "compactions"):
+        field(header, key)
+    capacity = header.get("capacity")
+    if capacity is not None and (not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0):
+        raise MemoryFileError("the memory file's header is damaged: 'capacity' is malformed")
+    return header, config, rope, dtype
+
+
+def _fill_layer(layer: HermesLayer, memory: MemoryFile, i: int, spec: Mapping[str, Any], device: torch.device) -> None:
+    """Layer `i` of the file into a new layer, its storage as large as the saved one's."""
+    keys, values = memory.tensors[f"kv.{i}.keys"], memory.tensors[f"kv.{i}.values"]
+    p, c = spec["prefix_len"], keys.shape[2]
+    shape = (*keys.shape[:2], spec["allocated"], keys.shape[3])
+    with torch.inference_mode(False):  # storage the engine rewrites in place later (see HermesLayer._grown)
+        layer._k = torch.zeros(shape, dtype=keys.dtype, device=device)
+        layer._v = torch.zeros(shape, dtype=keys.dtype, device=device)
+        layer._k[..., :c, :], layer._v[..., :c, :] = keys, values
+        if f"kv.{i}.origin_keys" in memory.tensors:
+            layer._k0 = torch.zeros(shape, dtype=keys.dtype, device=device)
+            layer._k0[..., p:c, :] = memory.tensors[f"kv.{i}.origin_keys"]
+    for book in BOOKS:
+        setattr(layer, book, memory.tensors[f"kv.{i}.{book}"].clone())
+    layer.is_initialized = True
+    layer.prefix_len, layer.length, layer.committed = p, c, c
+    layer.summary_count = spec["summary_count"]
+
+
+def _fill_state(state: StateLayer, memory: MemoryFile, j: int, spec: Mapping[str, Any], device: torch.device) -> None:
+    """Linear-attention layer `j` of the file into a new layer: working and committed states alike."""
+    saved = {name: memory.tensors[f"state.{j}.{name}"].to(device) for name in spec["names"]}
+    conv, recurrent = saved.get("conv"), saved.get("recurrent")
+    kernel = None if conv is None else conv.shape[-1]
+    state.lazy_initialization(conv_states=conv, recurrent_states=recurrent, conv_kernel_size=kernel)
+    with torch.inference_mode(False):
+        for name, t in state.states().items():
+            t.copy_(saved[name])
+    state.has_previous_state[0] = bool(spec["has_previous"])
+    state.commit()
+
+
+def unpack_cache(
+    memory: MemoryFile, devices: torch.device | str | Sequence[torch.device | str] | None = None
+) -> HermesCache:
+    """A new HermesCache holding the file's memory, each decoder layer on its device of `devices` (one
+    device for all, or one per decoder layer; default the CPU). Everything is checked first."""
+    header, config, rope, _ = check_cache(memory)
+    num_layers = header["num_layers"]
+    if devices is None or isinstance(devices, (str, torch.device)):
+        devices = [torch.device(devices or "cpu")] * num_layers
+    if len(devices) != num_layers:
+        raise MemoryFileError(f"the memory has {num_layers} decoder layers, the model {len(devices)}")
+    cache = HermesCache(num_layers, rope, config, header.get("capacity"), linear=header["linear"])
+    kv_devices = [torch.device(devices[i]) for i in cache.kv_layer_indices]
+    state_devices = [torch.device(devices[i]) for i in header["linear"]]
+    for i, (layer, spec) in enumerate(zip(cache.kv_layers, header["layers"], strict=True)):
+        _fill_layer(layer, memory, i, spec, kv_devices[i])
+    for j, (state, spec) in enumerate(zip(cache.state_layers, header["states"], strict=True)):
+        _fill_state(state, memory, j, spec, state_devices[j])
+    cache.tokens_seen, cache.compactions = header["tokens_seen"], header["compactions"]
+    return cache
+
+
+def check_fits(memory: MemoryFile, rope: RopeSpec | None = None, dtype: torch.dtype | None = None) -> None:
+    """MemoryFileError when the file's memory is not for a model with these rotary frequencies and this
+    cache dtype."""
+    header, _, saved_rope, saved_dtype = check_cache(memory)
+    if dtype is not None and dtype != saved_dtype:
+        raise MemoryFileError(
+            f"this memory was saved in {header['dtype']} and the model runs in {dtype_name(dtype)}: "
+            f"load the model in {header['dtype']} (--dtype {header['dtype']})"
+        )
+    if rope is not None and (
+        (rope.mrope_section, rope.interleaved) != (saved_rope.mrope_section, saved_rope.interleaved)
+        or not torch.equal(rope.inv_freq.float().cpu(), saved_rope.inv_freq)
+    ):
+        raise MemoryFileError("this memory belongs to a model with other rotary positions (another model)")
+
+
+def save_cache(cache: HermesCache, path: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> int:
+    """Write `cache` to `path` atomically, `extra` (JSON data) beside it in the header; the bytes written."""
+    memory = pack_cache(cache)
+    memory.header |= {"extra": dict(extra or {})}
+    return write_memory(path, memory)
+
+
+def load_cache(
+    path: str | os.PathLike[str],
+    devices: torch.device | str | Sequence[torch.device | str] | None = None,
+    rope: RopeSpec | None = None,
+    dtype: torch.dtype | None = None,
+) -> HermesCache:
+    """The memory saved at `path` as a new HermesCache; MemoryFileError when the file is damaged or
+    not a memory, or, given the model's `rope` and `dtype`, when it belongs to another model or dtype."""
+    memory = read_memory(path)
+    check_fits(memory, rope, dtype)
+    return unpack_cache(memory, devices)
+
+
+# -- a retrieval policy's host store ---------------------------------------------------------------
+# The header keys a policy's question-time step may write: ReKV's host store.
+STORE = "store"
+QUESTION_PARTS = (STORE,)
+
+
+def pack_store(store: HostStore) -> MemoryFile:
+    """The tensors and header of a host store: per layer its keys, values and mean keys over all
+    chunks side by side, with each chunk's token count to cut them apart again."""
+    layers = len(store._index)
+    tensors = {
+        "store.block_chunk": store.block_chunk,
+        "store.block_start": store.block_start,
+        "store.block_length": store.block_length,
+        "store.block_frame": store.block_frame,
+    }
+    if store._keys:
+        tensors["store.positions"] = torch.cat(store._positions, dim=1)
+        for layer in range(layers):
+            tensors[f"store.keys.{layer}"] = torch.cat([chunk[layer] for chunk in store._keys], dim=-2)
+            tensors[f"store.values.{layer}"] = torch.cat([chunk[layer] for chunk in store._values], dim=-2)
+            tensors[f"store.index.{layer}"] = torch.cat(store._index[layer])
+    header = {"layers": layers, "chunks": [p.shape[1] for p in store._positions], "next_position": store.next_position}
+    return MemoryFile({STORE: header}, tensors)
+
+
+def unpack_store(memory: MemoryFile, rope: RopeSpec) -> HostStore:
+    """A new host store holding the file's; MemoryFileError when its parts do not fit together."""
+    header = field(memory.header, STORE, dict)
+    chunks, layers = field(header, "chunks", list), field(header, "layers")
+    blocks = {k: memory.tensor(f"store.block_{k}", dtype=torch.long) for k in ("chunk", "start", "length", "frame")}
+    n = blocks["chunk"].numel()
+    if any(b.shape != (n,) for b in blocks.values()) or (n and int(blocks["chunk"].max()) >= len(chunks)):
+        raise MemoryFileError("the memory file is damaged: the host store's frame blocks do not add up")
+    per_chunk = torch.bincount(blocks["chunk"], minlength=len(chunks)).tolist()
+    store = HostStore(rope)
+    if chunks:
+        total = sum(chunks)
+        positions = memory.tensor("store.positions", (rope.axes, total), torch.long)
+        store._positions = list(positions.split(chunks, dim=1))
+        keys = [memory.tensor(f"store.keys.{layer}") for layer in range(layers)]
+        if any(k.dim() != 4 or k.shape[2] != total for k in keys):
+            raise MemoryFileError("the memory file is damaged: the host store's keys do not add up")
+        values = [memory.tensor(f"store.values.{layer}", k.shape, k.dtype) for layer, k in enumerate(keys)]
+        index = [memory.tensor(f"store.index.{layer}", (n, k.shape[1], k.shape[3])) for layer, k in enumerate(keys)]
+        split_keys = [k.split(chunks, dim=-2) for k in keys]
+        split_values = [v.split(chunks, dim=-2) for v in values]
+        store._keys = [[split_keys[layer][c] for layer in range(layers)] for c in range(len(chunks))]
+        store._values = [[split_values[layer][c] for layer in range(layers)] for c in range(len(chunks))]
+        store._index = [list(i.split(per_chunk)) for i in index]
+    store.block_chunk, store.block_start = blocks["chunk"], blocks["start"]
+    store.block_length, store.block_frame = blocks["length"], blocks["frame"]
+    store.next_position = field(header, "next_position")
+    return store

@@ -1,0 +1,88 @@
+"""What feeds a live stream: its source of chunks (a video file read at a pace, or a webcam), the
+source's name for the status line, and the pace a viewer set.
+
+A `Feed` builds a source for one generation of its stream from that generation's `FeedHooks`
+(where the chunks go, whether the model has room, and what the source says about itself), and
+keeps it until the next one. It is not locked: its stream holds its own lock around every move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes.engine.chunk import Chunk
+from hermes.serving.settings import SPEEDS, StreamSettings
+from hermes.serving.sources import FileSource, Source, WebcamSource
+
+
+@dataclass(frozen=True)
+class FeedHooks:
+    """One stream generation's side of its source."""
+
+    on_chunk: Callable[[Chunk], None]
+    wait_room: Callable[[float], bool]  # a file's reader waits up to that many seconds for room
+    has_room: Callable[[], bool]  # a webcam cannot wait: it drops a chunk without room
+    on_end: Callable[[], None]  # the file was read to its end
+    on_error: Callable[[str], None]  # the file cannot be read (further)
+    on_silence: Callable[[], None]  # the webcam stopped sending frames
+    on_frames: Callable[[], None]  # and sends them again
+
+
+class Feed:
+    """The source feeding one stream, its name and its pace."""
+
+    def __init__(self) -> None:
+        self.source: Source | None = None
+        self.name: str | None = None  # the file's name, or "webcam"
+        self.speed = "1x"
+
+    @property
+    def webcam(self) -> WebcamSource | None:
+        """The webcam source, if the stream has one (running or stopped with the Stop control)."""
+        return self.source if isinstance(self.source, WebcamSource) else None
+
+    def set_speed(self, speed: str) -> None:
+        """Pace of a file stream: "1x" (real time), "2x", "4x" or "max"; applies at once."""
+        if speed not in SPEEDS:
+            raise ValueError(f"speed must be one of {', '.join(SPEEDS)}; got {speed!r}")
+        self.speed = speed
+
+    def file(self, path: Path, settings: StreamSettings, hooks: FeedHooks, thread_name: str) -> FileSource:
+        """A source reading the file at `path` at the feed's pace (not started)."""
+        return FileSource(
+            path,
+            settings.chunk_frames,
+            settings.fps,
+            lambda: SPEEDS[self.speed],
+            on_chunk=hooks.on_chunk,
+            has_room=hooks.wait_room,
+            on_end=hooks.on_end,
+            on_error=hooks.on_error,
+            name=thread_name,
+        )
+
+    @staticmethod
+    def camera(settings: StreamSettings, hooks: FeedHooks) -> WebcamSource:
+        """A source cutting webcam frames into chunks as they are pushed."""
+        return WebcamSource(
+            settings.chunk_frames,
+            settings.fps,
+            on_chunk=hooks.on_chunk,
+            has_room=hooks.has_room,
+            on_silence=hooks.on_silence,
+            on_frames=hooks.on_frames,
+        )
+
+    def attach(self, source: Source, name: str) -> None:
+        self.source, self.name = source, name
+
+    def detach(self) -> None:
+        self.source = self.name = None
+
+    def stop(self, flush: bool) -> None:
+        """End the source and wait for its thread; with `flush` the partial chunk still goes out."""
+        if self.source is not None:
+            self.source.stop(flush)
+            self.source.join()

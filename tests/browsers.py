@@ -1,0 +1,55 @@
+"""A real headless Chromium for the browser tests (the `browser` and `camera_browser` fixtures of
+tests/conftest.py), and a page opened on the app that collects its console errors.
+
+Needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium; .ci/run installs it)
+and the pip `playwright` package; `playwright install` is never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# Chromium's fake capture device plays a moving test pattern into the page's webcam box, allowed
+# without a prompt.
+CAMERA_ARGS = [*CHROMIUM_ARGS, "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
+TIMEOUT_MS = 90_000
+
+
+@contextlib.contextmanager
+def chromium(args: Sequence[str] = CHROMIUM_ARGS) -> Iterator:
+    """Debian's Chromium, driven by playwright, started with `args`; the test fails when it is missing."""
+    if not CHROMIUM.exists():
+        pytest.fail("Chromium is missing: install it with `apt-get install -y chromium` (.ci/run does this).")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=list(args))
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def open_page(browser, url: str, viewport: dict):
+    """A new page on the app, and the list that collects its console errors."""
+    page = browser.new_page(viewport=viewport)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    return page, errors

@@ -1,0 +1,130 @@
+"""The guidance pass does only the work the probe reads, and reads the same attention as a full pass.
+
+The reference is the pass as it was: the whole prompt through every layer and the LM head, with
+the probe's hooks recording the same layers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hermes.engine.guidance import AttentionProbe, probe_attention, tokens_needed
+from hermes.engine.session import StreamingSession
+from hermes.memory.config import HermesConfig
+from hermes.models import qwen3_5
+from tests.helpers import random_chunk
+
+
+def _streamed(lm) -> StreamingSession:
+    session = StreamingSession(lm, HermesConfig(budget=64, chunk_frames=2, fps=lm.default_fps))
+    for i in range(3):
+        session.ingest(random_chunk(i, n=2))
+    return session
+
+
+def _full_pass(lm, memory, ids: torch.Tensor, queries: dict[int, slice]) -> dict[int, torch.Tensor]:
+    """The probe over a pass of the whole prompt through every layer, as before."""
+    positions = memory.next_position + torch.arange(ids.shape[-1])[None]
+    with memory.scratch(), AttentionProbe(lm.attention_modules(), list(queries), queries) as probe:
+        lm.forward(memory, ids, positions)
+    return probe.weights
+
+
+def _hermes_queries(session: StreamingSession) -> tuple[torch.Tensor, int, dict[int, slice]]:
+    ids, n_global = session.guidance.prompt(session.reader.last_turn)
+    part = {"global": slice(0, n_global), "hybrid": slice(None)}
+    wanted = {layer: session.policy.guidance(tier) for layer, tier in enumerate(session.memory.tiers.tiers)}
+    return ids, n_global, {layer: part[q] for layer, q in wanted.items() if q in part}
+
+
+def test_tokens_needed_per_decoder_layer() -> None:
+    # Probed attention layers 1 (decoder 3, the whole prompt) and 2 (decoder 7, its first 4 tokens).
+    needed = tokens_needed([0, 3, 7], {1: slice(None), 2: slice(0, 4)}, 10)
+    assert needed == [10, 10, 10, 10, 4, 4, 4, 4]
+    assert tokens_needed([0, 1], {0: slice(0, 4), 1: slice(None)}, 10) == [10, 10]
+
+
+def test_the_pass_stops_early_and_carries_only_the_global_part_above_the_middle_layers(lm) -> None:
+    session = _streamed(lm)
+    ids, n_global, queries = _hermes_queries(session)
+    modules = lm.attention_modules()
+    deepest = max(queries)
+    seen: dict[int, int] = {}
+    # Inside each decoder layer (its first norm), after the pass has cut what the layer gets.
+    hooks = [
+        layer.input_layernorm.register_forward_pre_hook(lambda m, a, i=i: seen.__setitem__(i, a[0].shape[1]))
+        for i, layer in enumerate(lm.language_model.layers)
+    ]
+    try:
+        fast = probe_attention(lm, session.memory, ids, queries)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert max(seen) == modules[deepest].layer_idx  # nothing above the deepest probed layer ran
+    assert seen[modules[deepest].layer_idx] == n_global < ids.shape[-1]  # the deep layer read the global part only
+    assert seen[0] == ids.shape[-1]
+    reference = _full_pass(lm, session.memory, ids, queries)
+    assert sorted(fast) == sorted(reference) == sorted(queries)
+    for layer, weights in reference.items():
+        # The scratch tokens cut from the pass are the last keys; the memory's keys come first.
+        assert torch.allclose(fast[layer], weights[: fast[layer].shape[0]], atol=1e-5, rtol=1e-4), layer
+
+
+def test_the_guidance_attention_is_unchanged(lm) -> None:
+    """What the policy reads (the weights over the video slots) against the full pass's."""
+    session = _streamed(lm)
+    ids, _, queries = _hermes_queries(session)
+    reference = _full_pass(lm, session.memory, ids, queries)
+    p, s = session.memory.prefix_len, session.memory.slots
+    for layer, weights in enumerate(session.guidance_attention()):
+        if layer in reference:
+            assert torch.allclose(weights, reference[layer][p : p + s], atol=1e-5, rtol=1e-4), layer
+        else:
+            assert weights is None
+
+
+def test_a_short_pass_runs_the_linear_layers_as_one_chunk(qwen35_lm, monkeypatch) -> None:
+    """Qwen3.5 on a CPU: a pass shorter than the reference rule's 64-token chunk runs as one chunk
+    of its own length, and the probe reads the same attention as with the padded chunk."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    session = _streamed(qwen35_lm)
+    ids = qwen35_lm.encode("Recall the story.")  # 17 bytes: shorter than a chunk
+    queries = {layer: slice(None) for layer in range(len(qwen35_lm.attention_modules()))}
+    qwen3_5._install_chunk_choice()
+    short = probe_attention(qwen35_lm, session.memory, ids, queries)
+    installed = modeling_qwen3_5.torch_chunk_gated_delta_rule
+    sizes: list[int | None] = []
+
+    def spy(*args, **kwargs):
+        sizes.append(kwargs.get("chunk_size"))
+        return installed(*args, **kwargs)
+
+    # The spy sees the chunk size that the running pass asks for.
+    monkeypatch.setattr(modeling_qwen3_5, "torch_chunk_gated_delta_rule", qwen3_5._with_chunk_size(spy))
+    probe_attention(qwen35_lm, session.memory, ids, queries)
+    assert sizes and set(sizes) == {ids.shape[-1]}
+    monkeypatch.setattr(qwen3_5, "REFERENCE_CHUNK", 0)  # the reference rule's own 64-token chunks
+    sizes.clear()
+    padded = probe_attention(qwen35_lm, session.memory, ids, queries)
+    assert sizes and set(sizes) == {None}
+    for layer, weights in padded.items():
+        assert torch.allclose(short[layer], weights, atol=1e-5, rtol=1e-4), layer
+
+
+def test_an_argument_it_cannot_cut_falls_back_to_the_whole_prompt(llava_lm, monkeypatch) -> None:
+    """A decoder-layer argument per token that the cut does not know (another transformers release):
+    the pass runs on every token instead, and reads the same attention."""
+    session = _streamed(llava_lm)
+    ids, _, queries = _hermes_queries(session)
+    layers = llava_lm.language_model.layers
+    extra = layers[-1].register_forward_pre_hook(
+        lambda m, a, k: (a, {**k, "unknown_per_token": torch.zeros(ids.shape[-1])}), with_kwargs=True, prepend=True
+    )
+    try:
+        weights = probe_attention(llava_lm, session.memory, ids, queries)
+    finally:
+        extra.remove()
+    reference = _full_pass(llava_lm, session.memory, ids, queries)
+    for layer, w in reference.items():
+        assert torch.allclose(weights[layer], w, atol=1e-5, rtol=1e-4), layer
