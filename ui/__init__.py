@@ -1,5 +1,5 @@
 """The HERMES Live web UI (Gradio 6): layout, event handlers and Plotly figures."""
 
-from ui.layout import build_app, launch_options, random_weights_banner
+from ui.layout import build_app, launch_options, model_banner, random_weights_banner
 
-__all__ = ["build_app", "launch_options", "random_weights_banner"]
+__all__ = ["build_app", "launch_options", "model_banner", "random_weights_banner"]

@@ -27,16 +27,12 @@ from hermes.serving import (
     StreamStatus,
     VideoError,
     WatchError,
+    bundled_samples,
     keep_up_hint,
+    suggestions_markdown,
 )
 from ui import figures
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-SAMPLES = {
-    "Cockatoo, close-up (14 s)": ASSETS / "cockatoo.mp4",
-    "Pedestrians on a campus road (40 s)": ASSETS / "sample.mp4",
-}
-DEFAULT_SAMPLE = next(iter(SAMPLES))
 FRAME_LABEL = "What the model just consumed"
 
 
@@ -176,6 +172,7 @@ class Callbacks:
         self.registry = registry
         self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
         self.gpu = registry.lm.device.type == "cuda"
+        self.samples = bundled_samples(registry.lm)  # title -> Sample; the model's own first
         # Per stream: the view version and status text last sent by the timer (gone with the stream).
         self._sent: weakref.WeakKeyDictionary[LiveStream, tuple[int, str]] = weakref.WeakKeyDictionary()
         # The chat version each stream's page was last sent by the timer (see `tick`).
@@ -192,9 +189,13 @@ class Callbacks:
     def start_sample(self, sample: str, speed: str, request: gr.Request, **settings: object) -> tuple[str, list, str]:
         """Stream a bundled sample clip into fresh memories with the Settings controls' `settings`;
         returns the status line."""
-        if sample not in SAMPLES:
-            raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(SAMPLES)}")
-        return self._start(SAMPLES[sample], speed, settings_from(settings), request)
+        if sample not in self.samples:
+            raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(self.samples)}")
+        return self._start(self.samples[sample].path, speed, settings_from(settings), request)
+
+    def suggest(self, sample: str) -> str:
+        """The chosen sample's suggested questions, for the page."""
+        return suggestions_markdown(self.samples[sample]) if sample in self.samples else ""
 
     def start_file(
         self, video: str | None, speed: str, request: gr.Request, **settings: object

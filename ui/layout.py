@@ -37,6 +37,22 @@ def model_line(lm: VideoLM, settings: StreamSettings) -> str:
     )
 
 
+def model_banner(lm: VideoLM, load_error: str | None = None) -> str | None:
+    """The note shown on every page when the model is not the one asked for or cannot answer for
+    real: random weights (a warning), or a stand-in with a card saying what it knows; None otherwise."""
+    if lm.random_weights:
+        return random_weights_banner(lm, load_error)
+    if not load_error:
+        return None
+    about = f": {html.escape(lm.card.about)}" if lm.card.about else ""
+    return (
+        f"<div class='banner banner-info'><strong>The requested model could not be loaded, so the app runs "
+        f"<code>{html.escape(lm.source)}</code> instead</strong>{about}. Its answers about the toy-world "
+        "clips are right or wrong, and its attention is a trained model's; a real model stays the default "
+        f"whenever it can be loaded.<div class='banner-reason'>{html.escape(load_error)}</div></div>"
+    )
+
+
 def random_weights_banner(lm: VideoLM, load_error: str | None = None) -> str | None:
     """The warning shown on every page while the model has random weights (None otherwise)."""
     if not lm.random_weights:
@@ -44,9 +60,9 @@ def random_weights_banner(lm: VideoLM, load_error: str | None = None) -> str | N
     why = ""
     if load_error:
         why = (
-            f"The requested model could not be loaded, so the app runs <code>{html.escape(lm.source)}</code> "
-            f"instead: a model of the same architecture ({lm.num_layers} layers) with random weights."
-            f"<div class='banner-reason'>{html.escape(load_error)}</div>"
+            f"The requested model could not be loaded, and neither could the toy model trained here, so the app "
+            f"runs <code>{html.escape(lm.source)}</code> instead: a model of the same architecture "
+            f"({lm.num_layers} layers) with random weights.<div class='banner-reason'>{html.escape(load_error)}</div>"
         )
     return (
         "<div class='banner'><strong>⚠️ Random weights: the answers are noise; the memory dynamics are real.</strong> "
@@ -77,7 +93,7 @@ def build_app(
         registry = StreamRegistry(lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes)
     s = registry.settings
     cb = Callbacks(registry)
-    banner = random_weights_banner(lm, load_error)
+    banner = model_banner(lm, load_error)
 
     # Gradio keeps files it serves (frames shown) in its cache: clear them every 10 min, after 30.
     with gr.Blocks(title="HERMES Live", delete_cache=(600, 1800)) as demo:
@@ -91,7 +107,7 @@ def build_app(
             gr.HTML(banner)
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=340):
-                source = panels.sources()
+                source = panels.sources(cb.samples)
                 frame, status = panels.now_showing()
                 controls = panels.settings_controls(s)
             with gr.Column(scale=7, min_width=400):
@@ -116,6 +132,7 @@ def _wire(
     quick = {"concurrency_limit": None, "show_progress": "hidden"}
     started = [cb.live.status, talk.chatbot, source.pause]
     settings = {"inputs_kwargs": controls}
+    source.sample.change(cb.suggest, source.sample, source.suggestions, api_name=False, **quick)
     source.start_sample.click(
         cb.start_sample, [source.sample, source.speed], started, api_name="start_sample", **settings, **quick
     )

@@ -9,9 +9,18 @@ from dataclasses import dataclass, fields
 
 import gradio as gr
 
-from hermes.serving import MAX_COMPARED, MAX_STANDING, SPEEDS, StreamSettings, policy_help, policy_names
+from hermes.serving import (
+    MAX_COMPARED,
+    MAX_STANDING,
+    SPEEDS,
+    Sample,
+    StreamSettings,
+    policy_help,
+    policy_names,
+    suggestions_markdown,
+)
 from ui import figures
-from ui.callbacks import DEFAULT_SAMPLE, FRAME_LABEL, SAMPLES, LiveOutputs
+from ui.callbacks import FRAME_LABEL, LiveOutputs
 
 # What the upload box takes: any video/* type, animated GIFs, and the phone and camcorder extensions
 # that Python's mime table leaves out or files as something else (.3gp as audio, .mts as a 3D model).
@@ -23,7 +32,9 @@ MAP_CAPTION = (
     "the layer still keeps in its KV cache. The coloured bands on the left mark the memory tiers. HERMES lets "
     "shallow layers (sensory memory) keep the recent past, deep layers (long-term memory) keep anchors "
     "scattered over the whole stream, and middle layers (working memory) blend both. FIFO keeps only the "
-    "newest frames, in every layer alike."
+    "newest frames, in every layer alike. With the toy model (trained here on the toy clips), compare HERMES "
+    "with FIFO on a toy clip: where FIFO's rows are empty on the left, its answers about the first objects "
+    "are guesses; where HERMES's deep rows still hold early columns, it can answer them."
 )
 ATTENTION_CAPTION = (
     "**Attention profile** (the paper's Figure 2, live). While the video streams, nobody has asked anything "
@@ -32,7 +43,11 @@ ATTENTION_CAPTION = (
     "layers score by recency alone, so the shallowest measured one is the first of working memory). In "
     "trained models shallower layers look mostly at recent slots and deep layers at a few anchors; HERMES "
     "scores tokens to match. Each point is the largest weight among neighbouring slots. StreamMem measures "
-    "attention too, from the chat template's own tokens, in every layer: it is shown when HERMES is not running."
+    "attention too, from the chat template's own tokens, in every layer: it is shown when HERMES is not running. "
+    "A random-weight model's profile is noise. The toy model's is a trained model's attention, but the guidance "
+    "prompt's words are unknown to it (it learnt only the toy world's words), so before the first question its "
+    "profile shows where a trained model looks when it cannot read the prompt; after a question, the prompt "
+    "carries that question and its answer, and the profile follows them."
 )
 PERFORMANCE_CAPTION = (
     "**Latency and memory.** Left: the time to first token of each answer against the frames seen when it "
@@ -57,6 +72,7 @@ class Sources:
     """Where a stream comes from, and the controls that steer it."""
 
     sample: gr.Dropdown
+    suggestions: gr.Markdown
     start_sample: gr.Button
     upload: gr.File
     start_upload: gr.Button
@@ -92,12 +108,15 @@ class Memory:
     refresh: gr.Button
 
 
-def sources() -> Sources:
-    """The source tabs (sample clip, upload, webcam), the pace and the stream's controls."""
+def sources(samples: dict[str, Sample]) -> Sources:
+    """The source tabs (sample clip with its suggested questions, upload, webcam), the pace and the
+    stream's controls."""
+    first = next(iter(samples))
     with gr.Tabs():
         with gr.Tab("Sample clip"):
-            sample = gr.Dropdown(list(SAMPLES), value=DEFAULT_SAMPLE, label="Bundled clip")
+            sample = gr.Dropdown(list(samples), value=first, label="Bundled clip")
             start_sample = gr.Button("▶ Stream the sample", variant="primary", elem_id="start-sample")
+            suggestions = gr.Markdown(suggestions_markdown(samples[first]), elem_id="suggestions")
         with gr.Tab("Upload"):
             upload = gr.File(label="Video file", file_types=UPLOAD_TYPES, type="filepath", height=120)
             start_upload = gr.Button("▶ Stream the upload", variant="primary", elem_id="start-upload")
@@ -117,7 +136,7 @@ def sources() -> Sources:
         pause = gr.Button("Pause", size="sm", elem_id="pause")
         stop = gr.Button("Stop", size="sm", elem_id="stop")
         reset = gr.Button("Reset", size="sm", elem_id="reset")
-    return Sources(sample, start_sample, upload, start_upload, webcam, speed, pause, stop, reset)
+    return Sources(sample, suggestions, start_sample, upload, start_upload, webcam, speed, pause, stop, reset)
 
 
 def now_showing() -> tuple[gr.Image, gr.Markdown]:
@@ -146,7 +165,10 @@ def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
                 label=f"Policies to compare (2 to {MAX_COMPARED})",
                 elem_id="compare-policies",
             ),
-            "budget": gr.Slider(128, 10240, value=s.budget, step=1, label="Budget |M| (video tokens kept per layer)"),
+            # The toy model's streams are 136 video tokens: its budget (34) sits far below a real model's.
+            "budget": gr.Slider(
+                min(128, s.budget), 10240, value=s.budget, step=1, label="Budget |M| (video tokens kept per layer)"
+            ),
             "chunk_frames": gr.Slider(1, 32, value=s.chunk_frames, step=1, label="Chunk size (frames)"),
             "fps": gr.Slider(0.25, 4, value=s.fps, step=0.25, label="Sampling rate (frames per second)"),
             "reindex": gr.Radio(

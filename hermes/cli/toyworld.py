@@ -1,4 +1,4 @@
-"""`python -m hermes toyworld {make, train, bench}`: the toy world, its model and its memory benchmark."""
+"""`python -m hermes toyworld {make, train, bench, samples}`: the toy world, its model and its memory benchmark."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 
 def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from hermes.toyworld.paths import HELDOUT_DIR
+    from hermes.toyworld.paths import HELDOUT_DIR, SAMPLES_DIR
 
     p = sub.add_parser(
         "toyworld",
@@ -32,6 +32,14 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         "--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on a busy machine)"
     )
     train.set_defaults(func=cmd_train)
+
+    samples = toy.add_parser(
+        "samples", help="write the app's toy clips with suggested questions (where HERMES and FIFO answer apart)"
+    )
+    samples.add_argument("--out", default=str(SAMPLES_DIR), help="folder to write into (default: the app's)")
+    samples.add_argument("--model", default="toy", help="the trained toy model (default) or a checkpoint folder")
+    samples.add_argument("--clips", type=int, default=3, help="samples to keep")
+    samples.set_defaults(func=cmd_samples)
 
     bench = toy.add_parser("bench", help="score every memory policy on the held-out clips, at three budgets")
     bench.add_argument("--model", default="toy", help="the trained toy model (default) or a checkpoint folder")
@@ -57,6 +65,20 @@ def cmd_make(args: argparse.Namespace) -> int:
         raise ValueError("--clips must be at least 1")
     out = build(args.out, HeldOutSpec(seed0=args.seed0, clips=args.clips))
     print(f"wrote {args.clips} clips with their events and questions to {out}")
+    return 0
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from hermes.models.loading import load_video_lm, set_threads
+    from hermes.toyworld.model import card
+    from hermes.toyworld.samples import build_samples
+
+    if args.clips < 1:
+        raise ValueError("--clips must be at least 1")
+    lm = load_video_lm(args.model, dtype="fp32")
+    set_threads(1)
+    out = build_samples(args.out, lm, card().stream, keep=args.clips)
+    print(f"wrote {args.clips} sample clips with their suggested questions to {out}")
     return 0
 
 
@@ -100,7 +122,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     bench.write_results(args.out, held, results, summaries, settings)
     print(bench.render_table(held, summaries, bench.stream_tokens(lm, held)), flush=True)
-    print(bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held)), flush=True)
+    check = bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held))
+    print(check or "check (memory matters): needs fifo and full in the run", flush=True)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

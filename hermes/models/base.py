@@ -18,6 +18,7 @@ from transformers.cache_utils import Cache
 
 from hermes.memory.cache import kv_bytes_per_token
 from hermes.memory.rope import RopeSpec
+from hermes.models.card import ModelCard
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 
@@ -86,6 +87,8 @@ class VideoLM(ABC):
         self.tokenizer = processor.tokenizer
         self.source = source
         self.random_weights = random_weights
+        # What a checkpoint made for HERMES Live says about itself (set by the loader; empty otherwise).
+        self.card = ModelCard()
         # Where inputs go: the device of the input embeddings (with a device_map, the first GPU).
         self.device = execution_device(model.get_input_embeddings())
         self.dtype = next(model.parameters()).dtype

@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 from transformers.utils import logging as hf_logging
 
 from hermes.models.base import VideoLM
+from hermes.models.card import ModelCard
 from hermes.models.llava_onevision import LlavaOnevision
 from hermes.models.qwen2_5_vl import Qwen25VL
 from hermes.models.qwen3_5 import Qwen35, Qwen35Moe
@@ -214,9 +215,12 @@ def load_video_lm(
         )
         if device_map is None:
             model = model.to(dev)
+        card = ModelCard.read(source) if Path(source).is_dir() else ModelCard()
     except (OSError, ValueError, ImportError) as exc:
         raise ModelLoadError(f"Cannot load model {name!r}: {exc}") from exc
-    return wrap(model, processor, source=name, random_weights=random_weights)
+    lm = wrap(model, processor, source=name, random_weights=random_weights)
+    lm.card = card
+    return lm
 
 
 def wrap(model: Any, processor: Any, source: str = "", random_weights: bool = False) -> VideoLM:

@@ -21,6 +21,7 @@ from hermes.serving.model import (
     requested_model,
 )
 from hermes.serving.registry import StreamRegistry
+from hermes.serving.samples import Sample, Suggestion, bundled_samples, suggestions_markdown
 from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
@@ -49,20 +50,24 @@ __all__ = [
     "MemorySnapshot",
     "PolicySpec",
     "QuestionError",
+    "Sample",
     "StreamRegistry",
     "StreamSettings",
     "StreamState",
     "StreamStatus",
+    "Suggestion",
     "Tier",
     "VideoError",
     "VideoLM",
     "WatchCheck",
     "WatchError",
     "WatchPoint",
+    "bundled_samples",
     "keep_up_hint",
     "layer_tiers",
     "load_model_or_fallback",
     "policy_help",
     "policy_names",
     "requested_model",
+    "suggestions_markdown",
 ]

@@ -1,5 +1,6 @@
-"""The model the app serves: the requested one (else the device's default), or a random-weight
-stand-in of the default's architecture when it cannot load."""
+"""The model the app serves: the requested one (else the device's default); when it cannot load,
+the toy model trained in this repository, and without that a random-weight stand-in of the
+default's architecture."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from hermes.models.loading import (
 # Random weights, each default checkpoint's architecture and 24 layers.
 FALLBACK_MODELS = {DEFAULT_MODEL: "tiny-24", CPU_DEFAULT_MODEL: "tiny-qwen35-24"}
 FALLBACK_MODEL = FALLBACK_MODELS[DEFAULT_MODEL]
+# Before random weights: the toy model (docs/toyworld.md), whose answers on the toy clips are right or
+# wrong. It is 0.7 M parameters trained in fp32, so it runs in fp32 whatever the dtype asked for.
+TRAINED_FALLBACK = "toy"
 
 __all__ = [
     "CPU_DEFAULT_MODEL",
@@ -44,20 +48,27 @@ def load_model_or_fallback(
     dtype: str | None = None,
     device_map: str | None = None,
 ) -> tuple[VideoLM, str | None]:
-    """(model, load error or None): `name` (default: the device's default model), or its random-weight
-    stand-in (`fallback_model`: a default checkpoint's architecture with its 24 layers) and why the
-    requested one could not load.
+    """(model, load error or None): `name` (default: the device's default model); when it cannot
+    load, the trained toy model, else its random-weight stand-in (`fallback_model`: a default
+    checkpoint's architecture with its 24 layers), with why the requested one could not load.
 
     `dtype` ('auto', 'bf16', 'fp16', 'fp32') and `device_map` ('auto', ...) as for load_video_lm;
-    a bad value raises ValueError. The small fallback goes to one device, in the same dtype.
+    a bad value raises ValueError. A fallback goes to one device.
     """
     name = name or default_model(device)
     try:
         return load_video_lm(name, device=device, dtype=dtype, device_map=device_map), None
     except ModelLoadError as exc:
-        fallback = fallback_model(name, device)
-        log.warning("%s; starting on %s (random weights) instead", exc, fallback)
-        return load_video_lm(fallback, device=device, dtype=dtype), str(exc)
+        reason = str(exc)
+    try:
+        lm = load_video_lm(TRAINED_FALLBACK, device=device, dtype="fp32")
+        log.warning("%s; starting on the toy model trained here instead", reason)
+        return lm, reason
+    except ModelLoadError as missing:  # a checkout without the toy model's folder
+        log.warning("%s", missing)
+    fallback = fallback_model(name, device)
+    log.warning("%s; starting on %s (random weights) instead", reason, fallback)
+    return load_video_lm(fallback, device=device, dtype=dtype), reason
 
 
 def keep_up_hint(source: str, device_type: str) -> str:

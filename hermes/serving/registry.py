@@ -39,7 +39,8 @@ class StreamRegistry:
     ) -> None:
         self.lm = lm
         self.worker = worker or ModelWorker()
-        self.settings = settings or StreamSettings()
+        # A checkpoint made for HERMES Live (the toy model) says what stream it was trained for.
+        self.settings = settings or StreamSettings(**lm.card.stream)
         self.max_streams = max_streams
         self.idle_timeout_s = idle_timeout_s
         self.memory_cap_bytes = memory_cap_for(lm) if memory_cap_bytes is None else memory_cap_bytes

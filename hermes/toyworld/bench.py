@@ -395,18 +395,34 @@ def render_table(held: HeldOut, summaries: dict[tuple[str, int | None], dict], t
     return "\n".join(lines)
 
 
-def forgetting_check(summaries: dict, budgets: Sequence[int], total: int, odds: dict[str, float]) -> str:
+@dataclass(frozen=True)
+class ForgettingCheck:
     """The benchmark's own check that memory matters here: at the budget nearest a quarter of a
     stream, fifo's early-evidence backward accuracy is near chance (within 15 points) while full's
-    is not (above 80%). Printed as met or missed, with the numbers."""
+    is not (above 80%); if fifo could keep up, the world would be too easy to tell memories apart."""
+
+    budget: int
+    fifo: float
+    full: float
+    chance: float
+
+    @property
+    def met(self) -> bool:
+        return self.fifo <= self.chance + 0.15 and self.full >= 0.80
+
+    def __str__(self) -> str:
+        return (
+            f"check (memory matters): early-evidence backward at budget {self.budget}: fifo {_cell(self.fifo)}%, "
+            f"chance {_cell(self.chance)}%, full {_cell(self.full)}%: {'met' if self.met else 'missed'}"
+        )
+
+
+def forgetting_check(
+    summaries: dict, budgets: Sequence[int], total: int, odds: dict[str, float]
+) -> ForgettingCheck | None:
+    """The check at the budget nearest a quarter of a stream; None unless fifo and full both ran."""
     budget = min(budgets, key=lambda b: abs(b - total / 4))
     fifo, full = summaries.get(("fifo", budget)), summaries.get((FULL, None))
     if fifo is None or full is None:
-        return "check: needs fifo and full in the run"
-    near = fifo["early"][0] <= odds["early"] + 0.15
-    kept = full["early"][0] >= 0.80
-    verdict = "met" if near and kept else "missed"
-    return (
-        f"check (memory matters): early-evidence backward at budget {budget}: fifo {_cell(fifo['early'][0])}%, "
-        f"chance {_cell(odds['early'])}%, full {_cell(full['early'][0])}%: {verdict}"
-    )
+        return None
+    return ForgettingCheck(budget, fifo["early"][0], full["early"][0], odds["early"])

@@ -21,9 +21,12 @@ from typing import Any
 import torch
 
 from hermes.models.base import SYSTEM_PROMPT
+from hermes.models.card import ModelCard
 from hermes.models.llava_onevision import SIGLIP_NORM
 from hermes.models.tiny import LLAVA_CHAT_TEMPLATE
+from hermes.toyworld.heldout import HeldOutSpec
 from hermes.toyworld.questions import vocabulary
+from hermes.toyworld.world import WORLD_FPS
 
 IMAGE_SIDE = 56  # px the processor resizes frames to: 4 x 4 patches, 2 x 2 tokens after pooling
 PATCH = 14
@@ -162,10 +165,24 @@ def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
     return model, _processor(tokenizer)
 
 
+ABOUT = "trained here on synthetic clips of shapes (docs/toyworld.md): it knows shapes and colours, nothing else"
+
+
+def card() -> ModelCard:
+    """The toy model's card: what it knows, and the stream it was trained for (one frame a world
+    step, the held-out set's chunks, and a budget of a quarter of a held-out stream, which forces
+    eviction), with HERMES beside FIFO as the pair to compare."""
+    held = HeldOutSpec()
+    tokens = held.frames * TOKENS_PER_FRAME + len(held.cuts)  # every frame's tokens and a newline per chunk
+    stream = {"fps": WORLD_FPS, "chunk_frames": held.chunk_frames, "budget": tokens // 4}
+    return ModelCard(about=ABOUT, stream={**stream, "compare_policies": ["hermes", "fifo"]}, samples=True)
+
+
 def save(model: Any, processor: Any, out: str | Path) -> Path:
-    """Write the checkpoint as any transformers checkpoint is written."""
+    """Write the checkpoint as any transformers checkpoint is written, with the toy model's card."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    card().write(out)
     return out

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from hermes.models.loading import TOY_MODEL_DIR
+from hermes.serving.samples import TOY_SAMPLES
 
 TOYWORLD_DIR = TOY_MODEL_DIR.parent
 HELDOUT_DIR = TOYWORLD_DIR / "heldout"
 MODEL_DIR = TOY_MODEL_DIR
+SAMPLES_DIR = TOY_SAMPLES  # the app's toy clips, where the app reads them
