@@ -383,6 +383,7 @@ def test_the_committed_toy_model_is_the_recipes_and_remembers():
     assert recorded["backward"][0] == pytest.approx(scores["backward"], abs=0.01)
 
 
+@pytest.mark.timeout(900)  # 60 streams of the toy model: about 20 s on an idle machine
 def test_fifo_forgets_early_evidence_that_full_keeps():
     """At a quarter of a stream, fifo answers early-evidence backward questions near chance and the
     full cache does not: the world is hard enough for the benchmark to tell memories apart."""
