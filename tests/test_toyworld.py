@@ -397,3 +397,30 @@ def test_fifo_forgets_early_evidence_that_full_keeps():
     summaries = {key: bench.summarize(held, answers) for key, answers in results.items()}
     check = bench.forgetting_check(summaries, [quarter], bench.stream_tokens(lm, held), bench.chance(held))
     assert check is not None and check.met, check
+
+
+def test_the_model_card_sets_the_apps_defaults_and_a_broken_one_is_refused(toy_dir, tmp_path):
+    import shutil
+
+    from hermes.models.card import CARD_FILE
+    from hermes.models.loading import ModelLoadError, load_video_lm
+    from hermes.serving import StreamRegistry
+
+    lm = load_video_lm(str(toy_dir), dtype="fp32")
+    assert lm.card.samples and lm.card.stream == {
+        "fps": 1.0,
+        "chunk_frames": 4,
+        "budget": 34,
+        "compare_policies": ["hermes", "fifo"],
+    }
+    registry = StreamRegistry(lm)
+    try:
+        s = registry.settings
+        assert (s.budget, s.chunk_frames, s.fps, s.compare_policies) == (34, 4, 1.0, ("hermes", "fifo"))
+    finally:
+        registry.shutdown()
+    broken = tmp_path / "model"
+    shutil.copytree(toy_dir, broken)
+    (broken / CARD_FILE).write_text("{not json")
+    with pytest.raises(ModelLoadError, match=f"{CARD_FILE}: not a model card"):
+        load_video_lm(str(broken), dtype="fp32")
