@@ -29,10 +29,10 @@ from hermes.video.decoding import iter_frames
 SMALL_MODEL = ModelSpec(layers=3, hidden=32, heads=2, kv_heads=1, intermediate=64, vision_hidden=16, vision_heads=1)
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def one_thread():
-    """One torch thread: the toy model's matrices are small, and on a shared 2-core machine a second
-    thread only waits."""
+    """One torch thread for each test (after conftest's fixture sets the session's count): the toy
+    model's matrices are small, and on a shared 2-core machine a second thread only waits."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
