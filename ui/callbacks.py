@@ -26,6 +26,7 @@ from hermes.serving import (
     StreamState,
     StreamStatus,
     VideoError,
+    Viewers,
     WatchError,
     keep_up_hint,
 )
@@ -166,14 +167,17 @@ def status_text(stream: LiveStream) -> str:
         text += f"  \n⚠️ {status.error}"
     if status.note:
         text += f"  \nℹ️ {status.note}"
+    if (checkpoint := stream.files.checkpoint_line()) is not None:
+        text += f"  \n💾 {checkpoint}"
     return text
 
 
 class Callbacks:
     """The app's event handlers, bound to one registry of live streams."""
 
-    def __init__(self, registry: StreamRegistry) -> None:
+    def __init__(self, registry: StreamRegistry, viewers: Viewers | None = None) -> None:
         self.registry = registry
+        self.viewers = viewers  # the viewers' checkpoints, with a state folder
         self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
         self.gpu = registry.lm.device.type == "cuda"
         # Per stream: the view version and status text last sent by the timer (gone with the stream).
@@ -186,6 +190,8 @@ class Callbacks:
     def _stream(self, request: gr.Request) -> LiveStream:
         stream = self.registry.get(request.session_hash or "anonymous")
         assert stream is not None  # get() creates it
+        if self.viewers is not None:  # checkpointed under the key the page's browser keeps
+            self.viewers.attach(request.session_hash or "anonymous", stream)
         return stream
 
     # -- sources and controls ---------------------------------------------------------------
