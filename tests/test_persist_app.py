@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
@@ -17,7 +19,7 @@ from hermes.engine.session import QuestionError, StreamingSession
 from hermes.serving.checkpoints import SUFFIX, Checkpointer, CheckpointStore, Viewers, new_viewer_key, valid_key
 from hermes.serving.live import LiveStream
 from hermes.serving.settings import StreamSettings
-from tests.helpers import SMALL, random_chunk, streamed, wait_for
+from tests.helpers import SMALL, assert_same_memory, memory_state, random_chunk, streamed, wait_for
 
 QUESTION = "What did you see at the start?"
 PER_FRAME = StreamSettings(budget=400, chunk_frames=1, fps=0.5)  # the short clip in 4 chunks
@@ -60,6 +62,42 @@ def test_a_saved_memory_loads_into_another_stream_and_answers_the_same(streams, 
     assert [str(p) for p in view.settings.policies] == ["hermes"] and view.settings.budget == 400
     assert view.frames_in_memory["hermes"] > 0 and len(view.frame_tokens) == 4
     assert answer(other) == before
+
+
+class HalfwayStore(CheckpointStore):
+    """A real store that keeps a copy of the checkpoint written after `at` chunks."""
+
+    def __init__(self, folder, at: int) -> None:
+        super().__init__(folder, every_chunks=at)
+        self.at = at
+        self.halfway = Path(folder) / "halfway.hmem"
+
+    def save(self, session, key):
+        size = super().save(session, key)
+        if session.chunks_seen == self.at and not self.halfway.exists():
+            shutil.copy(self.path(key), self.halfway)
+        return size
+
+
+def test_a_loaded_memory_goes_on_with_its_video_as_if_it_never_stopped(streams, clips, tmp_path):
+    store = HalfwayStore(tmp_path / "state", at=2)
+    whole = streams("whole", PER_FRAME)
+    whole.files.keep(Checkpointer(store, new_viewer_key()))
+    streamed(whole, clips["short"])  # 4 chunks of one frame; a copy of the memory after 2
+    expected, memory = answer(whole), memory_state(whole._memories.main().memory)
+
+    resumed = streams("resumed", StreamSettings(budget=200))
+    with pytest.raises(RuntimeError, match="no memory loaded from a file"):
+        resumed.files.go_on(clips["short"])
+    resumed.files.load(store.halfway)
+    assert resumed.files.resumable == pytest.approx(3.0)  # frames at 0 and 2 s seen; the next is at 4 s
+    resumed.files.go_on(clips["short"], "max")
+    assert resumed.files.resumable is None  # a source came after the load: the next Start begins afresh
+    assert wait_for(lambda: resumed.status().state == "finished" and not resumed.status().queued_chunks)
+    assert resumed.worker.wait_idle(resumed.key)
+    assert resumed.view().frames_seen == 4 and resumed.view().chunks == 2
+    assert_same_memory(memory, resumed._memories.main().memory, storage=False)
+    assert answer(resumed) == expected
 
 
 @pytest.fixture(scope="module")

@@ -213,7 +213,10 @@ class Callbacks:
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
         stream = self._stream(request)
         try:
-            stream.start_file(path, speed=speed, settings=settings)
+            if stream.files.resumable is not None:  # a memory loaded from a file: the video goes on in it
+                stream.files.go_on(path, speed)
+            else:
+                stream.start_file(path, speed=speed, settings=settings)
         except (VideoError, Busy, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
         return status_text(stream), [], "Pause"

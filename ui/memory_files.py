@@ -112,7 +112,12 @@ class FileCallbacks:
     @staticmethod
     def _loaded(stream: LiveStream, note: str) -> tuple[str, list, str, None]:
         """The status line, the chat saying what was loaded, the note, and the upload box cleared."""
-        stream.chat.add({"role": "assistant", "content": f"📂 {note} Ask about it."})
+        at = stream.files.resumable or 0.0
+        note += (
+            f" Ask about it; the next Start streams its video on from {at:.0f} s into this memory (the same video "
+            "goes on where it stopped), and Reset starts afresh."
+        )
+        stream.chat.add({"role": "assistant", "content": f"📂 {note}"})
         return status_text(stream), stream.chat.messages(), note, None
 
     def unload(self, request: gr.Request) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from hermes.engine.persist import MemoryFileError, file_summary, load_session, read_session
+from hermes.engine.persist import MemoryFileError, file_summary, load_session, read_session, resume_time
 from hermes.engine.session import StreamingSession
 from hermes.memory.persist import MemoryFile
 from hermes.models.base import VideoLM
@@ -27,6 +27,7 @@ from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle
 from hermes.serving.view import LiveView
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
+from hermes.video.decoding import VideoInfo, check_start
 
 T = TypeVar("T")
 WAIT_S = 300.0  # a save or load waits at most this long for the model thread (behind the chunk in flight)
@@ -68,12 +69,14 @@ def settings_of(memory: MemoryFile, current: StreamSettings) -> StreamSettings:
 
 
 class MemoryFiles:
-    """Save, load and checkpoint one stream's memory."""
+    """Save, load and checkpoint one stream's memory, and go on streaming into a loaded one (a part
+    of its `LiveStream`, whose source and admission it starts as the stream's own controls do)."""
 
     def __init__(self, stream: Adopting, memories: StreamMemories) -> None:
         self.stream = stream
         self._memories = memories  # touched in jobs on the model thread only
         self.checkpointer: Checkpointer | None = None
+        self._loaded: tuple[int, float, int] | None = None  # generation, resume time and frames of a loaded memory
 
     def save(self, path: str | os.PathLike[str], wait_s: float = WAIT_S) -> int:
         """Write the stream's memory to `path` (atomically); the bytes written. QuestionError when
@@ -102,7 +105,32 @@ class MemoryFiles:
         host_cap = host_memory_cap(settings.host_cap_mb)
         session = self._on_model_thread(lambda: load_session(self.stream.lm, path, host_cap_bytes=host_cap), wait_s)
         self.stream.adopt(session, settings)
+        self._loaded = (self.stream.life.generation, resume_time(session), session.frames_seen)
         return file_summary(memory)
+
+    @property
+    def resumable(self) -> float | None:
+        """Where a video would go on in a memory loaded from a file (s), until a source or a reset
+        comes after the load; None otherwise."""
+        if self._loaded is None or not self.stream.life.current(self._loaded[0]) or self.stream.feed.source:
+            return None
+        return self._loaded[1]
+
+    def go_on(self, path: str | os.PathLike[str], speed: str = "1x") -> VideoInfo:
+        """Stream the video at `path` on into the memory loaded from a file, from where that memory
+        stopped (`resumable`): the same video goes on as if it had never stopped. VideoError for a
+        file that cannot be read, Busy when admission refuses."""
+        if self.resumable is None:
+            raise RuntimeError("no memory loaded from a file to go on from: start the video afresh")
+        gen, start, first = self._loaded
+        stream, settings = self.stream, self.stream.settings
+        info = check_start(path, settings.fps)
+        if stream._admit is not None:  # a running stream counts against the server's limit
+            stream._admit(stream, settings)
+        stream.feed.set_speed(speed)
+        source = stream.feed.file(Path(path), settings, stream._hooks(gen), f"read-{stream.key}", start, first)
+        stream._start_source(gen, source, info.name, source.start)
+        return info
 
     def keep(self, checkpointer: Checkpointer | None) -> None:
         """Checkpoint the memory with `checkpointer` from now on (None: no more)."""
