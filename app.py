@@ -6,7 +6,8 @@ LLaVA-OneVision 0.5B checkpoint, on a CPU Qwen3.5-0.8B, which keeps up with 1 fr
 $HERMES_DEVICE_MAP). If it cannot be loaded (offline, say), the app starts anyway on a random-weight
 model of the default's architecture ("tiny-24" on a GPU, "tiny-qwen35-24" on a CPU) and says so on
 the page. Host and port follow --host/--port, else
-GRADIO_SERVER_NAME/GRADIO_SERVER_PORT, else Gradio's defaults (127.0.0.1:7860).
+GRADIO_SERVER_NAME/GRADIO_SERVER_PORT, else Gradio's defaults (127.0.0.1:7860). With --state-dir
+(else $HERMES_STATE_DIR) each viewer's memory is checkpointed there and offered back after a restart.
 """
 
 from __future__ import annotations
