@@ -261,3 +261,33 @@ def test_bad_state_folders_and_settings_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not a viewer key"):
         store.path("short")
     assert store.browser_secret() == CheckpointStore(tmp_path / "state").browser_secret()
+
+
+def test_the_api_saves_a_memory_and_another_client_loads_it(llava_lm, tmp_path):
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from gradio_client import Client, handle_file
+
+    from tests.test_app import serve, text_of
+
+    url, demo, registry = serve(llava_lm)
+    a, b = Client(url, verbose=False), Client(url, verbose=False)
+    try:
+        a.predict("Cockatoo, close-up (14 s)", "max", api_name="/start_sample")
+        assert wait_for(lambda: a.predict(api_name="/metrics")["frames_seen"] == 7)  # 14 s at 0.5 fps
+        assert registry.worker.wait_idle()
+        expected = text_of(a.predict(QUESTION, api_name="/ask")[0][-1]).split("TTFT")[0]
+        saved = a.predict(api_name="/save_memory")
+        assert read_session(saved).header["session"]["frames_seen"] == 7
+
+        (tmp_path / "notes.txt").write_text("not a memory\n")
+        *_, note, _ = b.predict(handle_file(str(tmp_path / "notes.txt")), api_name="/load_memory")
+        assert note == "⚠️ notes.txt is not a HERMES memory file (it is not a safetensors file at all)"
+        status, chat, note, _ = b.predict(handle_file(saved), api_name="/load_memory")
+        assert "7 seen by the model" in status and "policy hermes at budget 400: 7 frames" in note
+        assert "goes on where it stopped" in text_of(chat[-1])
+        assert text_of(b.predict(QUESTION, api_name="/ask")[0][-1]).split("TTFT")[0] == expected
+    finally:
+        a.close()
+        b.close()
+        demo.close()
+        registry.shutdown()

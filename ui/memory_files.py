@@ -46,7 +46,7 @@ def files_panel(store: CheckpointStore | None) -> FilesPanel:
         with gr.Row():
             save = gr.Button("💾 Save memory", size="sm", elem_id="save-memory")
             resume = gr.Button("↩ Resume my last stream", size="sm", visible=False, elem_id="resume-memory")
-        download = gr.File(label="Memory file", interactive=False, visible=False, elem_id="memory-download")
+        download = gr.File(label="Saved memory (download)", interactive=False, height=60, elem_id="memory-download")
         upload = gr.File(label="Load memory", type="filepath", height=100, elem_id="load-memory")
         note = gr.Markdown("" if store is not None else NO_STATE, elem_id="memory-note")
     viewer = None
@@ -77,15 +77,15 @@ class FileCallbacks:
         offer = f"A checkpoint of your last stream is here: {found.describe()}."
         return key, offer, gr.Button(visible=True)
 
-    def save(self, request: gr.Request) -> gr.File:
-        """Save the viewer's memory and offer it as a download."""
+    def save(self, request: gr.Request) -> str:
+        """Save the viewer's memory and offer it as a download (the file's path)."""
         session = request.session_hash or "anonymous"
         folder = self._downloads / hashlib.sha256(session.encode()).hexdigest()[:16]
         try:
             path = self.cb._stream(request).files.download(folder)
         except (QuestionError, OSError, RuntimeError, TimeoutError) as exc:
             raise gr.Error(str(exc)) from exc
-        return gr.File(value=str(path), visible=True)
+        return str(path)
 
     def load(self, path: str | None, request: gr.Request) -> tuple:
         """Start over holding the uploaded memory file; a refused file leaves the stream as it was

@@ -105,6 +105,7 @@ class MemoryFiles:
         host_cap = host_memory_cap(settings.host_cap_mb)
         session = self._on_model_thread(lambda: load_session(self.stream.lm, path, host_cap_bytes=host_cap), wait_s)
         self.stream.adopt(session, settings)
+        self._on_model_thread(lambda: None, wait_s)  # queued behind the stream's rebuild: it holds the memory now
         self._loaded = (self.stream.life.generation, resume_time(session), session.frames_seen)
         return file_summary(memory)
 
