@@ -218,6 +218,9 @@ def test_viewers_resume_their_own_checkpoint_and_no_other(streams, clips, tmp_pa
     resumed = streams("b")
     assert "4 frames" in later.resume("page-2", resumed)
     assert answer(resumed) == before
+    later.attach("page-2", resumed)  # its checkpoint's size shows before its next save
+    size = store.path(key).stat().st_size / 2**20
+    assert resumed.files.checkpoint_line().startswith(f"checkpoint {size:,.2f} MiB (every 100 chunks)")
 
 
 def test_the_state_folder_is_bounded_by_age_and_size(llava_lm, tmp_path):

@@ -46,8 +46,8 @@ def files_panel(store: CheckpointStore | None) -> FilesPanel:
         with gr.Row():
             save = gr.Button("💾 Save memory", size="sm", elem_id="save-memory")
             resume = gr.Button("↩ Resume my last stream", size="sm", visible=False, elem_id="resume-memory")
-        download = gr.File(label="Saved memory (download)", interactive=False, height=60, elem_id="memory-download")
-        upload = gr.File(label="Load memory", type="filepath", height=100, elem_id="load-memory")
+        download = gr.File(label="Saved memory (download)", interactive=False, elem_id="memory-download")
+        upload = gr.File(label="Load memory", type="filepath", height=130, elem_id="load-memory")
         note = gr.Markdown("" if store is not None else NO_STATE, elem_id="memory-note")
     viewer = None
     if store is not None:

@@ -191,10 +191,11 @@ class Checkpointer:
     """Saves one stream's memory to its viewer's checkpoint; called on the model thread only."""
 
     def __init__(self, store: CheckpointStore, key: str) -> None:
-        store.path(key)  # a bad key fails here, not on the model thread
+        path = store.path(key)  # a bad key fails here, not on the model thread
         self.store = store
         self.key = key
-        self.saved_bytes: int | None = None  # the size of the last checkpoint written
+        # The size of the viewer's checkpoint: the last one written (by this app, or before its restart).
+        self.saved_bytes: int | None = path.stat().st_size if path.exists() else None
         self.error: str | None = None  # why the last one could not be written
 
     def after_chunk(self, session: StreamingSession) -> None:
