@@ -22,6 +22,7 @@ from hermes.memory.persist import MemoryFile
 from hermes.models.base import VideoLM
 from hermes.serving.admission import host_memory_cap
 from hermes.serving.checkpoints import SUFFIX, Checkpointer
+from hermes.serving.feed import Feed
 from hermes.serving.memories import StreamMemories
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle
@@ -41,6 +42,7 @@ class Adopting(Protocol):
     worker: ModelWorker
     life: Lifecycle
     settings: StreamSettings
+    feed: Feed
 
     def adopt(self, session: StreamingSession, settings: StreamSettings) -> None:
         """Start over holding `session`, made for `settings` (Busy when admission refuses)."""
