@@ -138,7 +138,9 @@ def wire_files(
     files.upload.upload(
         fcb.load, files.upload, [*loaded, files.upload], api_name="load_memory", show_progress="minimal"
     )
-    files.resume.click(fcb.resume, None, [*loaded, files.resume], api_name="resume_memory", show_progress="minimal")
+    # Private: an API client has no browser storage, so no key to resume by (it saves and loads instead).
+    resume = {"api_visibility": "private", "show_progress": "minimal"}
+    files.resume.click(fcb.resume, None, [*loaded, files.resume], **resume)
     if files.viewer is not None:
         demo.load(fcb.hello, files.viewer, [files.viewer, files.note, files.resume], api_visibility="private", **quick)
     demo.unload(fcb.unload)
