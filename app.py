@@ -6,7 +6,8 @@ LLaVA-OneVision 0.5B checkpoint, on a CPU Qwen3.5-0.8B, which keeps up with 1 fr
 $HERMES_DEVICE_MAP). If it cannot be loaded (offline, say), the app starts anyway on a random-weight
 model of the default's architecture ("tiny-24" on a GPU, "tiny-qwen35-24" on a CPU) and says so on
 the page. Host and port follow --host/--port, else
-GRADIO_SERVER_NAME/GRADIO_SERVER_PORT, else Gradio's defaults (127.0.0.1:7860).
+GRADIO_SERVER_NAME/GRADIO_SERVER_PORT, else Gradio's defaults (127.0.0.1:7860). With --state-dir
+(else $HERMES_STATE_DIR) each viewer's memory is checkpointed there and offered back after a restart.
 """
 
 from __future__ import annotations
@@ -50,16 +51,54 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="cache memory that streams may reserve in all (default: $HERMES_MEMORY_CAP_MB, else the free GPU "
         "memory less a margin, or on the CPU 4096 MB or half the free RAM if less)",
     )
+    p.add_argument(
+        "--state-dir",
+        default=os.environ.get("HERMES_STATE_DIR"),
+        help="keep each viewer's memory in this folder, checkpointed every --checkpoint-every chunks, and offer it "
+        "back to the same browser after a restart (default: $HERMES_STATE_DIR, else no checkpoints)",
+    )
+    p.add_argument(
+        "--checkpoint-every", type=int, default=None, metavar="CHUNKS", help="chunks between checkpoints (default: 8)"
+    )
+    p.add_argument(
+        "--checkpoint-days",
+        type=float,
+        default=None,
+        help="checkpoints not written for this many days are deleted (default: 7)",
+    )
+    p.add_argument(
+        "--state-max-mb",
+        type=float,
+        default=None,
+        help="the state folder's size cap: past it the oldest checkpoints are deleted (default: 2048)",
+    )
     return p.parse_args(argv)
+
+
+def checkpoint_options(args: argparse.Namespace) -> dict:
+    """The checkpoint options given, as `CheckpointStore` takes them (those left out keep its defaults)."""
+    given = {
+        "every_chunks": args.checkpoint_every,
+        "max_age_s": None if args.checkpoint_days is None else args.checkpoint_days * 86400,
+        "max_bytes": None if args.state_max_mb is None else int(args.state_max_mb * 2**20),
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # Imported here, so that --help answers before torch and gradio load.
-    from hermes.serving import load_model_or_fallback, requested_model
+    from hermes.serving import CheckpointStore, load_model_or_fallback, requested_model
     from ui import build_app, launch_options
 
+    checkpoints = None
+    if args.state_dir is not None:
+        try:
+            checkpoints = CheckpointStore(args.state_dir, **checkpoint_options(args))
+        except ValueError as exc:  # an unwritable folder, a bad number: one line, as argparse does
+            print(f"app.py: error: {exc}", file=sys.stderr)
+            return 2
     name = requested_model(args.model, args.device)
     try:
         lm, load_error = load_model_or_fallback(name, args.device, args.dtype, args.device_map)
@@ -72,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_error=load_error,
         max_streams=args.max_sessions,
         memory_cap_bytes=None if cap_mb is None else int(cap_mb * 2**20),
+        checkpoints=checkpoints,
     )
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
     return 0

@@ -8,19 +8,29 @@ file is then read back and checked like any other. A stream's own state (stream 
 questions, last answers, the model's identity) adds a few kilobytes on top.
 
     python scripts/memory_file_size.py [--budgets 1024 4096 10240]
+
+With --tiny, a real stream instead: each tiny random-weight model (hermes/models/tiny.py, built
+offline through the real loading path) streams random frames until its memory holds the budget,
+the session is saved by the app's path (`save_session`: memory, session state and model identity),
+and one more chunk shows that the file has stopped growing.
+
+    python scripts/memory_file_size.py --tiny [--budgets 128 512 2048]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, installed or not
 
+from hermes.engine.chunk import Chunk
 from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.config import HermesConfig
 from hermes.memory.persist import read_memory, save_cache
@@ -83,10 +93,53 @@ def _fill_states(cache: HermesCache, text: dict, dtype: torch.dtype) -> None:
         state.lazy_initialization(conv_states=conv, recurrent_states=recurrent, conv_kernel_size=conv.shape[-1])
 
 
+TINY = ("tiny", "tiny-qwen", "tiny-qwen3", "tiny-qwen35")
+CHUNK_FRAMES = 4
+
+
+def _chunk(index: int, side: int) -> Chunk:
+    """Chunk `index` of a stream of random `side` x `side` frames, one a second."""
+    pixels = np.random.default_rng(index).integers(0, 256, (CHUNK_FRAMES, side, side, 3), dtype=np.uint8)
+    ids = np.arange(index * CHUNK_FRAMES, (index + 1) * CHUNK_FRAMES)
+    return Chunk(pixels, ids.astype(float), ids, ids, chunk_index=index)
+
+
+def tiny_sizes(budgets: list[int]) -> None:
+    """Stream each tiny model until its memory holds each budget, save it, and print the sizes."""
+    from hermes.engine.persist import save_session
+    from hermes.engine.session import StreamingSession
+    from hermes.models.loading import load_video_lm
+
+    print("| model | layers (key-value + linear) | dtype | budget | chunks | file | file after one more chunk |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "memory.hmem"
+        for name, dtype in itertools.product(TINY, ("fp32", "bf16")):
+            lm = load_video_lm(name, device="cpu", dtype=dtype)
+            side = 224 if lm.frame_multiple > 1 else 64  # the tiny Qwen processors' least pixel volume
+            layers = f"{lm.kv_layers} + {len(lm.linear_layers)}"
+            for budget in budgets:
+                session = StreamingSession(lm, HermesConfig(budget=budget, chunk_frames=CHUNK_FRAMES, fps=1.0))
+                index = 0
+                while session.memory.slots < budget:
+                    session.ingest(_chunk(index, side))
+                    index += 1
+                full = save_session(session, path)
+                session.ingest(_chunk(index, side))
+                more = save_session(session, path)
+                mib = [f"{b / 2**20:,.2f} MiB" for b in (full, more)]
+                print(f"| {name} | {layers} | {dtype} | {budget:,} | {index} | " + " | ".join(mib) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budgets", type=int, nargs="+", default=[1024, 4096, 10240])
+    parser.add_argument("--budgets", type=int, nargs="+", default=None)
+    parser.add_argument("--tiny", action="store_true", help="stream the tiny models for real instead")
     args = parser.parse_args()
+    if args.tiny:
+        tiny_sizes(args.budgets or [128, 512, 2048])
+        return
+    args.budgets = args.budgets or [1024, 4096, 10240]
     columns = "keys, values (and origin keys in 16 bits) | bookkeeping of the slots | linear-attention states"
     print(f"| model | dtype | budget | file | {columns} |")
     print("|---|---|---:|---:|---:|---:|---:|")

@@ -26,6 +26,7 @@ from hermes.serving import (
     StreamState,
     StreamStatus,
     VideoError,
+    Viewers,
     WatchError,
     bundled_samples,
     keep_up_hint,
@@ -162,14 +163,17 @@ def status_text(stream: LiveStream) -> str:
         text += f"  \n⚠️ {status.error}"
     if status.note:
         text += f"  \nℹ️ {status.note}"
+    if (checkpoint := stream.files.checkpoint_line()) is not None:
+        text += f"  \n💾 {checkpoint}"
     return text
 
 
 class Callbacks:
     """The app's event handlers, bound to one registry of live streams."""
 
-    def __init__(self, registry: StreamRegistry) -> None:
+    def __init__(self, registry: StreamRegistry, viewers: Viewers | None = None) -> None:
         self.registry = registry
+        self.viewers = viewers  # the viewers' checkpoints, with a state folder
         self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
         self.gpu = registry.lm.device.type == "cuda"
         self.samples = bundled_samples(registry.lm)  # title -> Sample; the model's own first
@@ -183,6 +187,8 @@ class Callbacks:
     def _stream(self, request: gr.Request) -> LiveStream:
         stream = self.registry.get(request.session_hash or "anonymous")
         assert stream is not None  # get() creates it
+        if self.viewers is not None:  # checkpointed under the key the page's browser keeps
+            self.viewers.attach(request.session_hash or "anonymous", stream)
         return stream
 
     # -- sources and controls ---------------------------------------------------------------
@@ -208,7 +214,10 @@ class Callbacks:
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
         stream = self._stream(request)
         try:
-            stream.start_file(path, speed=speed, settings=settings)
+            if stream.files.resumable is not None:  # a memory loaded from a file: the video goes on in it
+                stream.files.go_on(path, speed)
+            else:
+                stream.start_file(path, speed=speed, settings=settings)
         except (VideoError, Busy, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
         return status_text(stream), [], "Pause"

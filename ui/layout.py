@@ -7,9 +7,10 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
+from hermes.serving import CheckpointStore, StreamRegistry, StreamSettings, Tier, VideoLM, Viewers, layer_tiers
 from ui import panels
 from ui.callbacks import Callbacks
+from ui.memory_files import FileCallbacks, files_panel, wire_files
 
 CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
 TICK_S = 1.0
@@ -86,13 +87,15 @@ def build_app(
     load_error: str | None = None,
     max_streams: int = 4,
     memory_cap_bytes: int | None = None,
+    checkpoints: CheckpointStore | None = None,
 ) -> gr.Blocks:
     """The Blocks app. Pass `registry` to keep a handle on the viewers' streams (tests shut it down);
-    otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry)."""
+    otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry). With
+    `checkpoints`, each viewer's memory is checkpointed there and offered back after a restart."""
     if registry is None:
         registry = StreamRegistry(lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes)
     s = registry.settings
-    cb = Callbacks(registry)
+    cb = Callbacks(registry, None if checkpoints is None else Viewers(checkpoints))
     banner = model_banner(lm, load_error)
 
     # Gradio keeps files it serves (frames shown) in its cache: clear them every 10 min, after 30.
@@ -110,12 +113,14 @@ def build_app(
                 source = panels.sources(cb.samples)
                 frame, status = panels.now_showing()
                 controls = panels.settings_controls(s)
+                files = files_panel(checkpoints)
             with gr.Column(scale=7, min_width=400):
                 talk = panels.chat()
         inside = panels.memory()
         cb.live = panels.live_outputs(frame, status, talk, inside)
         _wire(cb, source, controls, talk, inside)
         demo.unload(cb.unload)
+        wire_files(demo, files, FileCallbacks(cb), status, talk.chatbot)
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=DEFAULT_CONCURRENCY)
     return demo
 

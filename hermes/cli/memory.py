@@ -82,9 +82,10 @@ def resumed_session(args: argparse.Namespace, memory, lm, host_cap: int | None):
 
 
 def start_time(session) -> float:
-    """Where the video resumes: halfway to the next sample after the memory's last frame (the sample
-    grid is anchored at 0, so the same frames follow as in an uninterrupted stream)."""
-    return 0.0 if session.frames_seen == 0 else session.stream_time_s + 0.5 / session.config.fps
+    """Where the video resumes (hermes.engine.persist.resume_time)."""
+    from hermes.engine.persist import resume_time
+
+    return resume_time(session)
 
 
 class Checkpoints:

@@ -259,6 +259,12 @@ def load_session(
     return session
 
 
+def resume_time(session: StreamingSession) -> float:
+    """Where a video goes on for a session: halfway to the next sample after the memory's last frame
+    (the sample grid is anchored at 0, so the same frames follow as in an uninterrupted stream)."""
+    return 0.0 if session.frames_seen == 0 else session.stream_time_s + 0.5 / session.config.fps
+
+
 def file_summary(memory: MemoryFile) -> str:
     """One line about a memory file: model, policy, budget, frames and stream time."""
     model, state = memory.header["model"], memory.header["session"]
@@ -276,5 +282,6 @@ __all__ = [
     "load_session",
     "model_identity",
     "read_session",
+    "resume_time",
     "save_session",
 ]

@@ -5,6 +5,7 @@ serving, so the types it draws from (snapshots, tiers, errors) are re-exported h
 """
 
 from hermes.engine.methods import ATTENTION, BUDGET, HOST, PolicySpec, policy_help, policy_names
+from hermes.engine.persist import MemoryFileError
 from hermes.engine.session import QuestionError
 from hermes.engine.watch import MAX_STANDING, WatchCheck, WatchError
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
@@ -12,6 +13,7 @@ from hermes.memory.tiers import Tier
 from hermes.models.base import VideoLM
 from hermes.serving.admission import Busy
 from hermes.serving.answers import AnswerEvent, AnswerTicket
+from hermes.serving.checkpoints import CheckpointStore, Viewers
 from hermes.serving.live import LiveStream
 from hermes.serving.model import (
     DEFAULT_MODEL,
@@ -42,11 +44,13 @@ __all__ = [
     "AnswerTicket",
     "AttentionLayers",
     "Busy",
+    "CheckpointStore",
     "ChunkRecord",
     "FrameTokens",
     "LayerSnapshot",
     "LiveStream",
     "LiveView",
+    "MemoryFileError",
     "MemorySnapshot",
     "PolicySpec",
     "QuestionError",
@@ -59,6 +63,7 @@ __all__ = [
     "Tier",
     "VideoError",
     "VideoLM",
+    "Viewers",
     "WatchCheck",
     "WatchError",
     "WatchPoint",

@@ -49,8 +49,17 @@ class Feed:
             raise ValueError(f"speed must be one of {', '.join(SPEEDS)}; got {speed!r}")
         self.speed = speed
 
-    def file(self, path: Path, settings: StreamSettings, hooks: FeedHooks, thread_name: str) -> FileSource:
-        """A source reading the file at `path` at the feed's pace (not started)."""
+    def file(
+        self,
+        path: Path,
+        settings: StreamSettings,
+        hooks: FeedHooks,
+        thread_name: str,
+        start_s: float = 0.0,
+        first: int = 0,
+    ) -> FileSource:
+        """A source reading the file at `path` at the feed's pace (not started), from `start_s` s on,
+        its first frame numbered `first`."""
         return FileSource(
             path,
             settings.chunk_frames,
@@ -61,6 +70,8 @@ class Feed:
             on_end=hooks.on_end,
             on_error=hooks.on_error,
             name=thread_name,
+            start_s=start_s,
+            first_frame=first,
         )
 
     @staticmethod

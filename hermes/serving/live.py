@@ -21,12 +21,13 @@ import numpy as np
 
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
-from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, validate_question
+from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, StreamingSession, validate_question
 from hermes.models.base import VideoLM
 from hermes.serving.answers import AnswerBatch, AnswerTicket, job_error_message
 from hermes.serving.chat import Chat
 from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.memories import StreamMemories
+from hermes.serving.memory_files import MemoryFiles
 from hermes.serving.metrics import metrics_of
 from hermes.serving.settings import StreamSettings
 from hermes.serving.sources import Source
@@ -68,6 +69,7 @@ class LiveStream:
         self._lock = threading.RLock()  # held around every move of the lifecycle and its source
         self.life = Lifecycle()
         self._memories = StreamMemories(lm, self)  # only the model thread touches it
+        self.files = MemoryFiles(self, self._memories)  # its memory saved, loaded and checkpointed
         self.feed = Feed()
         self.settings = settings or StreamSettings()
         self._view = LiveView(version=0, settings=self.settings)
@@ -90,7 +92,11 @@ class LiveStream:
         self._reset(settings or self.settings)
         self.reserved_bytes = self.reserved_host_bytes = 0
 
-    def _reset(self, settings: StreamSettings) -> int:
+    def adopt(self, session: StreamingSession, settings: StreamSettings) -> None:
+        """Start over holding `session` (a memory loaded from a file, for `settings`); Busy if admission refuses."""
+        self._begin(settings, session)
+
+    def _reset(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
         self.feed.stop(flush=False)
         with self._lock:
             self._check_open()
@@ -101,7 +107,7 @@ class LiveStream:
             self._view = self._view.fresh(settings)
         self.worker.cancel(self.key)
         self.worker.submit(
-            lambda: self._memories.build(gen, settings, self.watchlist.questions),
+            lambda: self._memories.build(gen, settings, self.watchlist.questions, loaded),
             Priority.CONTROL,
             self.key,
             lambda exc: self._on_job_error(gen, exc),
@@ -148,6 +154,7 @@ class LiveStream:
         """End the source; the frames read so far reach the model, and questions still work."""
         self._locked(self.life.stop)
         self.feed.stop(flush=True)
+        self.files.checkpoint(self.life.generation)
 
     def close(self) -> None:
         """Free everything: the source, queued jobs and (on the model thread) the memories."""
@@ -227,12 +234,12 @@ class LiveStream:
         if self.closed:
             raise RuntimeError("this stream was closed (its tab went away)")
 
-    def _begin(self, settings: StreamSettings) -> int:
-        """Admit a new source with `settings` (Busy if admission refuses) and reset the stream for
-        it; the new generation."""
+    def _begin(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
+        """Admit a new source (or `loaded` memory) with `settings` (Busy if admission refuses) and
+        reset the stream for it; the new generation."""
         if self._admit is not None:
             self._admit(self, settings)
-        return self._reset(settings)
+        return self._reset(settings, loaded)
 
     def _hooks(self, gen: int) -> FeedHooks:
         """What the source of generation `gen` reports to, and asks of, the stream."""
@@ -240,7 +247,7 @@ class LiveStream:
             on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
             wait_room=lambda timeout: self.worker.wait_backlog(self.key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
             has_room=lambda: self.worker.backlog(self.key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
-            on_end=lambda: self._locked(self.life.end, gen),
+            on_end=lambda: (self._locked(self.life.end, gen), self.files.checkpoint(gen)),
             on_error=lambda message: self.halt(gen, StreamState.ERROR, message, error=True),
             on_silence=lambda: self._locked(self.life.silence, gen),
             on_frames=lambda: self._locked(self.life.frames_again, gen),

@@ -14,17 +14,21 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import numpy as np
+
 from hermes.engine.chunk import Chunk
 from hermes.engine.methods import PolicySpec
 from hermes.engine.metrics import memory_reading
+from hermes.engine.persist import save_session
 from hermes.engine.session import QuestionError, StreamBound, StreamingSession
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
 from hermes.serving.admission import full_slot_limit, host_memory_cap, policy_cache_bytes
 from hermes.serving.answers import AnswerEvent, AnswerRequest, AnswerTicket
+from hermes.serving.checkpoints import Checkpointer
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle, StreamState
-from hermes.serving.view import LiveView, StreamStatus
+from hermes.serving.view import FrameTokens, LiveView, StreamStatus
 
 
 class StreamSide(Protocol):
@@ -53,19 +57,30 @@ class StreamMemories:
         self._full_limit: int | None = None  # slots per layer at which a full cache stops
         self._full: PolicySpec | None = None  # the policy of that full cache (one that never evicts)
         self._bound: str | None = None  # why a retrieval policy's memory takes no more chunks (rekv)
+        self.keeper: Checkpointer | None = None  # saves the viewer's checkpoints, with a state folder
 
     # -- jobs --------------------------------------------------------------------------------
-    def build(self, generation: int, settings: StreamSettings, watching: Callable[[], Sequence[str]]) -> None:
-        """Fresh memories of `generation` for `settings`, watching the viewer's standing questions."""
+    def build(
+        self,
+        generation: int,
+        settings: StreamSettings,
+        watching: Callable[[], Sequence[str]],
+        loaded: StreamingSession | None = None,
+    ) -> None:
+        """Fresh memories of `generation` for `settings`, watching the viewer's standing questions;
+        or, given `loaded` (a memory loaded from a file, made for `settings`), that one."""
         life = self.stream.life
         if not life.current(generation):
             return
         config = settings.config()
         self.sessions = {}  # free the old memories before building the new ones
         host_cap = host_memory_cap(settings.host_cap_mb)  # read by retrieval policies (rekv) only
-        self.sessions = {
-            p: StreamingSession(self.lm, config, policy=p, host_cap_bytes=host_cap) for p in settings.policies
-        }
+        if loaded is not None:
+            self.sessions = {settings.policy: loaded}
+        else:
+            self.sessions = {
+                p: StreamingSession(self.lm, config, policy=p, host_cap_bytes=host_cap) for p in settings.policies
+            }
         for session in self.sessions.values():
             session.standing.set_threshold(settings.watch_threshold)
         self.set_watching(watching())
@@ -76,7 +91,9 @@ class StreamMemories:
         self._bound = None
         budget_bytes = {p: policy_cache_bytes(self.lm, config, p) for p in settings.policies}
         life.ready(generation)
-        self.stream.publish(generation, lambda view: view.next(snapshots=self.snapshots(), budget_bytes=budget_bytes))
+        snapshots = self.snapshots()
+        seen = loaded_view(loaded, snapshots) if loaded is not None else {}
+        self.stream.publish(generation, lambda view: view.next(snapshots=snapshots, budget_bytes=budget_bytes, **seen))
 
     def ingest(self, generation: int, chunk: Chunk) -> None:
         """Every memory takes `chunk`, unless it is of an older generation, the memories failed, or
@@ -102,6 +119,8 @@ class StreamMemories:
         notes = [s.bound_note(s.last_chunk.tokens) for s in self.sessions.values() if s.last_chunk is not None]
         if any(notes):
             self._stop_at_bound(generation, next(n for n in notes if n))
+        if self.keeper is not None:
+            self.keeper.after_chunk(self.main())
 
     def answer(self, generation: int, ticket: AnswerTicket, max_new_tokens: int) -> AnswerRequest | None:
         """The question as a request to the answer batch; None (the reason on the ticket) when there
@@ -131,8 +150,22 @@ class StreamMemories:
         if self.holds(generation):
             self.set_watching(questions())
 
+    def save(self, generation: int, path: str) -> int:
+        """Write the stream's memory (its first policy's, in compare mode) to `path`; the bytes
+        written. QuestionError when there is no video in it yet."""
+        if not self.holds(generation) or not any(s.frames_seen for s in self.sessions.values()):
+            raise QuestionError("No video in memory yet: stream something first, then save its memory.")
+        return save_session(self.main(), path)
+
+    def checkpoint(self, generation: int) -> None:
+        """Save the memory to the viewer's checkpoint now (the source ended, or the tab closed)."""
+        failed = self.stream.life.memory_failed  # a memory a failed job may have half-updated is not kept
+        if self.keeper is not None and self.holds(generation) and self.sessions and not failed:
+            self.keeper.save(self.main())
+
     def drop(self) -> None:
-        """Free the memories (the stream was closed)."""
+        """Free the memories (the stream was closed), checkpointed first when the viewer keeps them."""
+        self.checkpoint(self.generation)
         self.sessions = {}
         self.generation = -1
 
@@ -144,6 +177,10 @@ class StreamMemories:
     def takes(self, generation: int) -> bool:
         """Whether a chunk of `generation` goes in: the memories are its, and not full."""
         return self.holds(generation) and not self.at_full_limit() and self._bound is None
+
+    def main(self) -> StreamingSession:
+        """The memory saved to files: the stream's policy's (in compare mode, the first one's)."""
+        return next(iter(self.sessions.values()))
 
     def snapshots(self) -> dict[PolicySpec, MemorySnapshot]:
         return {p: s.snapshot() for p, s in self.sessions.items()}
@@ -184,3 +221,18 @@ class StreamMemories:
             "positions the model has left), so the stream stopped here. Questions still work; pick hermes or "
             "fifo, whose memory stays fixed, to stream further."
         )
+
+
+def loaded_view(session: StreamingSession, snapshots: dict[PolicySpec, MemorySnapshot]) -> dict:
+    """What the view shows of a memory loaded from a file before its next chunk: frames and time
+    seen, frames kept, and the frames' tokens for the retained-token map (a frame's tokens where a
+    layer keeps the most of one, since the file keeps no record of the chunks)."""
+    snapshot = next(iter(snapshots.values()))
+    kept = [layer.frames[layer.frames >= 0] for layer in snapshot.layers]
+    per_frame = max((int(np.bincount(frames).max()) for frames in kept if frames.size), default=0)
+    return {
+        "frames_seen": session.frames_seen,
+        "stream_time_s": session.stream_time_s,
+        "frame_tokens": FrameTokens().extended(session.frames_seen, float(per_frame)) if per_frame else FrameTokens(),
+        "frames_in_memory": {p: s.frames_in_memory() for p, s in snapshots.items()},
+    }

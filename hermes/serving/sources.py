@@ -65,9 +65,10 @@ class PlayClock:
         self._pace: float | None = None  # the pace since the last update
         self._paused = False
 
-    def start(self) -> None:
+    def start(self, at: float = 0.0) -> None:
+        """Start playing from `at` s of the video."""
         with self._lock:
-            self._at, self._pace = self._now(), self._speed()
+            self._at, self._pace, self._position = self._now(), self._speed(), at
 
     def _advance(self) -> float | None:
         """Bring the position up to now at the pace read at the last update (lock held), and read
@@ -130,13 +131,17 @@ class FileSource:
         on_end: Callable[[], None],
         on_error: Callable[[str], None],
         name: str = "read",
+        start_s: float = 0.0,
+        first_frame: int = 0,
     ) -> None:
         self.path = Path(path)
+        self.start_s = start_s  # read from here on (a stream resumed from a memory file goes on after its frames)
         self.speed = speed  # asked at every frame: a new pace applies at once
         self.frames_read = 0
         self.dropped_frames = 0  # a file waits for room instead
         self.skipped: list[Skipped] = []
         self._chunker = Chunker(chunk_frames)
+        self._chunker.next_index = first_frame
         self._fps = fps
         self._on_chunk, self._has_room, self._on_end, self._on_error = on_chunk, has_room, on_end, on_error
         self._stop = threading.Event()
@@ -147,7 +152,7 @@ class FileSource:
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
-        self._clock.start()
+        self._clock.start(self.start_s)
         self.thread.start()
 
     def pause(self) -> None:
@@ -176,7 +181,7 @@ class FileSource:
         try:
             with VideoFile(self.path) as video:
                 # A file that decodes no further ends at its last good frame; damaged frames are skipped.
-                frames = UntilDamage(video.frames(self._fps), on_skip=self.skipped.append)
+                frames = UntilDamage(video.frames(self._fps, start=self.start_s), on_skip=self.skipped.append)
                 for frame in frames:
                     if not self._wait(frame.t):  # also where a paused stream waits
                         break

@@ -1,0 +1,182 @@
+"""One live stream's memory files: a download of its memory, a file loaded into it, its checkpoints.
+
+Saving and loading run on the model thread (hermes.serving.worker), as jobs of the stream, and the
+caller waits for them: a memory is only ever touched there. Loading checks the whole file first,
+on the caller's thread (is it a memory, whole, undamaged), then builds a new session from it on the
+model thread (is it this model's, in this dtype); only then does the stream start over holding it,
+so a refused file leaves the running stream as it was (docs/design.md, "The memory file").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from hermes.engine.persist import MemoryFileError, file_summary, load_session, read_session, resume_time
+from hermes.engine.session import StreamingSession
+from hermes.memory.persist import MemoryFile
+from hermes.models.base import VideoLM
+from hermes.serving.admission import host_memory_cap
+from hermes.serving.checkpoints import SUFFIX, Checkpointer
+from hermes.serving.feed import Feed
+from hermes.serving.memories import StreamMemories
+from hermes.serving.settings import StreamSettings
+from hermes.serving.state import Lifecycle
+from hermes.serving.view import LiveView
+from hermes.serving.worker import JobCancelled, ModelWorker, Priority
+from hermes.video.decoding import VideoInfo, check_start
+
+T = TypeVar("T")
+WAIT_S = 300.0  # a save or load waits at most this long for the model thread (behind the chunk in flight)
+
+
+class Adopting(Protocol):
+    """What the memory files need of their stream."""
+
+    lm: VideoLM
+    key: str
+    worker: ModelWorker
+    life: Lifecycle
+    settings: StreamSettings
+    feed: Feed
+
+    def adopt(self, session: StreamingSession, settings: StreamSettings) -> None:
+        """Start over holding `session`, made for `settings` (Busy when admission refuses)."""
+
+    def view(self) -> LiveView: ...
+
+
+def settings_of(memory: MemoryFile, current: StreamSettings) -> StreamSettings:
+    """`current` settings with the memory file's policy, memory constants and alert threshold (one
+    policy: a file holds one memory); MemoryFileError when this app cannot run them."""
+    config, state = memory.header["cache"]["config"], memory.header["session"]
+    try:
+        return dataclasses.replace(
+            current,
+            policy=state["policy"]["name"],
+            budget=config["budget"],
+            chunk_frames=config["chunk_frames"],
+            fps=config["fps"],
+            reindex=config["reindex"],
+            max_positions=config.get("max_positions"),
+            watch_threshold=state["standing"]["threshold"],
+            compare=False,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MemoryFileError(f"this memory's settings cannot be used here: {exc}") from None
+
+
+class MemoryFiles:
+    """Save, load and checkpoint one stream's memory, and go on streaming into a loaded one (a part
+    of its `LiveStream`, whose source and admission it starts as the stream's own controls do)."""
+
+    def __init__(self, stream: Adopting, memories: StreamMemories) -> None:
+        self.stream = stream
+        self._memories = memories  # touched in jobs on the model thread only
+        self.checkpointer: Checkpointer | None = None
+        self._loaded: tuple[int, float, int] | None = None  # generation, resume time and frames of a loaded memory
+
+    def save(self, path: str | os.PathLike[str], wait_s: float = WAIT_S) -> int:
+        """Write the stream's memory to `path` (atomically); the bytes written. QuestionError when
+        it holds no video yet."""
+        gen = self.stream.life.generation
+        return self._on_model_thread(lambda: self._memories.save(gen, os.fspath(path)), wait_s)
+
+    def download(self, folder: Path, wait_s: float = WAIT_S) -> Path:
+        """Save the memory into `folder` (made if missing) for a viewer to download, named by its
+        policy and frames; the files saved there before are deleted. The path saved to."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob(f"*{SUFFIX}"):
+            old.unlink(missing_ok=True)
+        view = self.stream.view()
+        name = f"hermes-memory-{view.settings.policies[0]}-{view.frames_seen}frames{SUFFIX}"
+        path = folder / re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
+        self.save(path, wait_s)
+        return path
+
+    def load(self, path: str | os.PathLike[str], wait_s: float = WAIT_S) -> str:
+        """Start over holding the memory saved at `path`, with its policy and settings; one line
+        about it. MemoryFileError (a file that is damaged, truncated, not a memory, or another
+        model's or dtype's) or Busy (no room for it), and the stream is left as it was."""
+        memory = read_session(path)
+        settings = settings_of(memory, self.stream.settings)
+        host_cap = host_memory_cap(settings.host_cap_mb)
+        session = self._on_model_thread(lambda: load_session(self.stream.lm, path, host_cap_bytes=host_cap), wait_s)
+        self.stream.adopt(session, settings)
+        self._on_model_thread(lambda: None, wait_s)  # queued behind the stream's rebuild: it holds the memory now
+        self._loaded = (self.stream.life.generation, resume_time(session), session.frames_seen)
+        return file_summary(memory)
+
+    @property
+    def resumable(self) -> float | None:
+        """Where a video would go on in a memory loaded from a file (s), until a source or a reset
+        comes after the load; None otherwise."""
+        if self._loaded is None or not self.stream.life.current(self._loaded[0]) or self.stream.feed.source:
+            return None
+        return self._loaded[1]
+
+    def go_on(self, path: str | os.PathLike[str], speed: str = "1x") -> VideoInfo:
+        """Stream the video at `path` on into the memory loaded from a file, from where that memory
+        stopped (`resumable`): the same video goes on as if it had never stopped. VideoError for a
+        file that cannot be read, Busy when admission refuses."""
+        if self.resumable is None:
+            raise RuntimeError("no memory loaded from a file to go on from: start the video afresh")
+        gen, start, first = self._loaded
+        stream, settings = self.stream, self.stream.settings
+        info = check_start(path, settings.fps)
+        if stream._admit is not None:  # a running stream counts against the server's limit
+            stream._admit(stream, settings)
+        stream.feed.set_speed(speed)
+        source = stream.feed.file(Path(path), settings, stream._hooks(gen), f"read-{stream.key}", start, first)
+        stream._start_source(gen, source, info.name, source.start)
+        return info
+
+    def keep(self, checkpointer: Checkpointer | None) -> None:
+        """Checkpoint the memory with `checkpointer` from now on (None: no more)."""
+        self.checkpointer = checkpointer
+        self._memories.keeper = checkpointer
+
+    def checkpoint(self, generation: int) -> None:
+        """Checkpoint the memory once the chunks queued now are in (the source ended)."""
+        if self.checkpointer is not None:
+            self.stream.worker.submit(lambda: self._memories.checkpoint(generation), Priority.CHUNK, self.stream.key)
+
+    def checkpoint_line(self) -> str | None:
+        """The checkpoint's size and the state folder's, for the status line (None: no checkpoints)."""
+        c = self.checkpointer
+        if c is None:
+            return None
+        if c.error is not None:
+            return c.error
+        size = "none yet" if c.saved_bytes is None else f"{c.saved_bytes / 2**20:,.2f} MiB"
+        return (
+            f"checkpoint {size} (every {c.store.every_chunks} chunks) · "
+            f"state folder {c.store.folder_bytes() / 2**20:,.2f} MiB"
+        )
+
+    def _on_model_thread(self, fn: Callable[[], T], wait_s: float) -> T:
+        """`fn()` run as a job of the stream on the model thread: its result, or what it raised."""
+        box: dict[str, object] = {}
+
+        def job() -> None:
+            try:
+                box["out"] = fn()
+            except Exception as exc:  # handed to the caller, not the worker's log: a refused file is no bug
+                box["error"] = exc
+
+        def cancelled(exc: BaseException) -> None:
+            box["error"] = exc
+
+        done = self.stream.worker.submit(job, Priority.CONTROL, self.stream.key, cancelled).done
+        if not done.wait(wait_s):
+            raise TimeoutError(f"the model thread did not get to this in {wait_s:.0f} s: try again")
+        error = box.get("error")
+        if isinstance(error, JobCancelled):
+            raise RuntimeError("the stream was reset or closed meanwhile: try again")
+        if isinstance(error, BaseException):
+            raise error
+        return box["out"]  # type: ignore[return-value]
