@@ -270,6 +270,7 @@ class Callbacks:
         compare = len(stream.view().settings.policies) > 1
         slots: dict[str, int] = {}
         for event in ticket.events():
+            stream.touch()  # an answer being read is a sign of its viewer
             if event.error:
                 stream.chat.add(error_message(event.error), gen)
                 gr.Warning(event.error)
@@ -302,6 +303,13 @@ class Callbacks:
     def metrics(self, request: gr.Request) -> dict:
         """The stream's numbers: frames, cache bytes per policy, memory, and recent answers' timings."""
         return self._stream(request).metrics()
+
+    def keepalive(self, request: gr.Request) -> dict:
+        """Renew the session's lease (as any request does): its stream's state, and the seconds of
+        silence after which it is stopped and its memory freed."""
+        stream = self.registry.get(request.session_hash or "anonymous", create=False)
+        state = "none" if stream is None else str(stream.status().state)
+        return {"state": state, "lease_s": self.registry.lease_s}
 
     def tick(self, request: gr.Request) -> dict:
         """Timer: redraw what changed (frame, status, the plots, metrics) and show new alerts in the

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
+from hermes.serving import DEFAULT_LEASE_S, StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
 from ui import panels
 from ui.callbacks import Callbacks
 
@@ -70,11 +70,14 @@ def build_app(
     load_error: str | None = None,
     max_streams: int = 4,
     memory_cap_bytes: int | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> gr.Blocks:
     """The Blocks app. Pass `registry` to keep a handle on the viewers' streams (tests shut it down);
-    otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry)."""
+    otherwise one is made with `max_streams`, `memory_cap_bytes` and `lease_s` (see StreamRegistry)."""
     if registry is None:
-        registry = StreamRegistry(lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes)
+        registry = StreamRegistry(
+            lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes, lease_s=lease_s
+        )
     s = registry.settings
     cb = Callbacks(registry)
     banner = random_weights_banner(lm, load_error)
@@ -146,4 +149,5 @@ def _wire(
     )
     talk.unwatch.click(cb.unwatch, talk.watching, talk.watching, api_name="unwatch", **quick)
     inside.refresh.click(cb.metrics, None, inside.metrics, api_name="metrics", **quick)
+    gr.api(cb.keepalive, api_name="keepalive", concurrency_limit=None)
     gr.Timer(TICK_S).tick(cb.tick, None, cb.live.components(), api_visibility="private", **quick)

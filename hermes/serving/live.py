@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +47,10 @@ class LiveStream:
 
     Control methods (`start_file`, `push_frame`, `pause`, `stop`, `reset`, `ask`, `watch`,
     `close`) are called from UI threads and return at once; model work goes to the shared
-    `ModelWorker` as jobs under `key`. `admit(stream, settings)`, if given, is asked before a
-    source starts: it raises Busy to refuse, or sets `reserved_bytes`, which the stream gives back
-    (to 0) on reset and close.
+    `ModelWorker` as jobs under `key`. `admit(stream, settings)`, if given, is entered before
+    anything of a new source is decoded: it raises Busy to refuse, or sets `reserved_bytes` (which
+    the stream gives back, to 0, on reset and close) and holds the stream's slot while the source
+    is prepared inside it.
     """
 
     def __init__(
@@ -57,12 +59,12 @@ class LiveStream:
         lm: VideoLM,
         settings: StreamSettings | None = None,
         key: str = "stream",
-        admit: Callable[[LiveStream, StreamSettings], None] | None = None,
+        admit: Callable[[LiveStream, StreamSettings], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.worker = worker
         self.lm = lm
         self.key = key
-        self._admit = admit
+        self._admit = admit or (lambda stream, settings: nullcontext())
         # Every stream on this model answers in one batch: questions asked together decode together.
         self._answers = worker.batch(lm, lambda: AnswerBatch(lm))
         self._lock = threading.RLock()  # held around every move of the lifecycle and its source
@@ -80,8 +82,12 @@ class LiveStream:
 
     # -- control ----------------------------------------------------------------------------
     def touch(self) -> None:
-        """Mark the stream as in use (idle streams are reaped by the registry)."""
+        """Its viewer was heard from: renew the stream's lease (the registry closes lapsed streams)."""
         self.last_active = time.monotonic()
+
+    def tell(self, message: str) -> None:
+        """Show `message` to the viewer once, and in the status line until the next start."""
+        self._locked(self.life.inform, message)
 
     def reset(self, settings: StreamSettings | None = None) -> None:
         """Stop the source and start over with fresh memories, chat and plots. `settings` (default:
@@ -111,13 +117,14 @@ class LiveStream:
     def start_file(self, path: str | Path, speed: str = "1x", settings: StreamSettings | None = None) -> VideoInfo:
         """Start streaming a video file from its beginning into fresh memories. VideoError (with
         the file name) at once for a file whose first frames cannot be decoded; Busy when admission
-        refuses."""
+        refuses, before anything is decoded."""
         settings = settings or self.settings
-        info = check_start(path, settings.fps)
-        self.feed.set_speed(speed)
-        gen = self._begin(settings)
-        source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
-        self._start_source(gen, source, info.name, source.start)
+        with self._admit(self, settings):
+            info = check_start(path, settings.fps)
+            self.feed.set_speed(speed)
+            gen = self._reset(settings)
+            source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
+            self._start_source(gen, source, info.name, source.start)
         return info
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
@@ -128,8 +135,9 @@ class LiveStream:
         # Gradio runs one stream event per session at a time, so this check does not race.
         if self.feed.webcam is None and not self.life.state.takes_frames:
             settings = settings or self.settings
-            gen = self._begin(settings)
-            self._start_source(gen, self.feed.camera(settings, self._hooks(gen)), "webcam")
+            with self._admit(self, settings):
+                gen = self._reset(settings)
+                self._start_source(gen, self.feed.camera(settings, self._hooks(gen)), "webcam")
         if (webcam := self.feed.webcam) is not None:
             webcam.push(image, t)
 
@@ -226,13 +234,6 @@ class LiveStream:
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("this stream was closed (its tab went away)")
-
-    def _begin(self, settings: StreamSettings) -> int:
-        """Admit a new source with `settings` (Busy if admission refuses) and reset the stream for
-        it; the new generation."""
-        if self._admit is not None:
-            self._admit(self, settings)
-        return self._reset(settings)
 
     def _hooks(self, gen: int) -> FeedHooks:
         """What the source of generation `gen` reports to, and asks of, the stream."""

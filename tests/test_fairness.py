@@ -1,0 +1,200 @@
+"""Fair and safe under load: streams on leases, admission before work, fair turns, strict API input.
+
+Leases: a stream whose viewer is not heard from for the lease is closed, whatever it is doing, and
+its slot and memory go to others. Admission: a refused start decodes nothing, starts being prepared
+are bounded, and frames too large are refused from the header. No assertion here is on wall-clock
+time: waits are bounded by `wait_for`, orders and counts are asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+
+import hermes.serving.live as live_module
+import hermes.serving.sources as sources_module
+from hermes.serving import Busy, StreamState, VideoError
+from hermes.serving.registry import StreamRegistry
+from hermes.video.clips import make_clip
+from tests.helpers import SMALL, wait_for
+from tests.test_app import serve
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+MB = 2**20
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """'long': 10 minutes of 64 x 64 video (a stream that outlasts any test); 'huge': one 8000 x 8000 frame."""
+    root = tmp_path_factory.mktemp("fair")
+    long = make_clip(root / "long.mp4", 600.0, fps=1, size=(64, 64))
+    huge = make_clip(root / "huge.mp4", 0.04, fps=25, size=(8000, 8000))
+    return {"long": long, "huge": huge}
+
+
+def rest_start(url: str, video: Path, pace: str = "1x") -> str:
+    """Start a stream as a bare HTTP client does, through Gradio's REST route, with no session of
+    its own and no heartbeat; the event's last message."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        with video.open("rb") as f:
+            path = http.post("/gradio_api/upload", files={"files": (video.name, f, "video/mp4")}).json()[0]
+        file = {"path": path, "meta": {"_type": "gradio.FileData"}}
+        # A bare client sends every input: the settings as the API's schema gives their defaults.
+        params = http.get("/gradio_api/info").json()["named_endpoints"]["/start_file"]["parameters"]
+        data = [file, pace, *(p["parameter_default"] for p in params[2:])]
+        event = http.post("/gradio_api/call/start_file", json={"data": data}).json()["event_id"]
+        last = ""
+        with http.stream("GET", f"/gradio_api/call/start_file/{event}") as events:
+            for line in events.iter_lines():
+                if line.startswith("event:"):
+                    last = line
+                elif line.startswith("data:") and last in ("event: complete", "event: error"):
+                    return f"{last} {line}"
+    return last
+
+
+# -- leases ------------------------------------------------------------------------------------
+
+
+def test_silent_rest_starts_lapse_and_a_fifth_viewer_gets_in(llava_lm, videos):
+    url, demo, registry = serve(llava_lm, SMALL, max_streams=4, lease_s=4.0)
+    fifth = Client(url, verbose=False)
+    try:
+        replies = [rest_start(url, videos["long"]) for _ in range(4)]
+        assert all(r.startswith("event: complete") and "Streaming" in r for r in replies), replies
+
+        def admitted() -> bool:
+            try:
+                fifth.predict(handle_file(str(videos["long"])), "1x", api_name="/start_file")
+            except AppError as exc:
+                assert "Busy" in str(exc)
+                return False
+            return True
+
+        # The four go silent (nobody polls them), so their leases run out and the fifth gets a slot.
+        assert wait_for(admitted, 60, step=0.5), "the silent streams still hold every slot"
+        assert registry.lapsed >= 1
+
+        def all_four_lapsed() -> bool:
+            assert fifth.predict(api_name="/keepalive") == {"state": "streaming", "lease_s": 4.0}
+            return registry.lapsed == 4
+
+        assert wait_for(all_four_lapsed, 60, step=0.5)  # while the fifth, keeping alive, streams on
+        assert len(registry) == 1 and fifth.predict(api_name="/metrics")["state"] == "streaming"
+    finally:
+        fifth.close()
+        demo.close()
+        registry.shutdown()
+
+
+def test_paused_and_quiet_webcam_streams_lapse_while_a_polling_viewer_keeps_its_stream(llava_lm, videos, monkeypatch):
+    monkeypatch.setattr(sources_module, "SILENCE_S", 0.2)  # the webcam falls quiet at once
+    registry = StreamRegistry(llava_lm, settings=SMALL, lease_s=2.0)
+    try:
+        paused, camera, poller = (registry.get(k) for k in ("paused", "camera", "poller"))
+        paused.start_file(videos["long"], speed="1x")
+        registry.get("paused").pause()
+        assert paused.status().state is StreamState.PAUSED
+        registry.get("camera").push_frame(np.zeros((64, 64, 3), dtype=np.uint8))
+        # Keep the camera's viewer around until the camera has gone quiet, then let it go.
+        assert wait_for(lambda: registry.get("camera").status().state is StreamState.WAITING, 30)
+        poller.start_file(videos["long"], speed="1x")
+        assert registry.reserved_bytes() == 3 * paused.reserved_bytes > 0
+
+        def lapsed_while_polling() -> bool:
+            assert registry.get("poller") is poller  # polling renews its lease
+            return registry.lapsed == 2
+
+        assert wait_for(lapsed_while_polling, 30)
+        assert paused.closed and camera.closed and paused.reserved_bytes == camera.reserved_bytes == 0
+        assert poller.status().state is StreamState.STREAMING and not poller.closed
+        assert registry.reserved_bytes() == poller.reserved_bytes and len(registry) == 1
+        assert registry.worker.wait_idle("paused", 10) and not paused.feed.source.thread.is_alive()
+        # The paused stream's viewer comes back: a fresh stream that says why the old one is gone.
+        back = registry.get("paused")
+        assert back is not paused and back.status().state is not StreamState.PAUSED
+        notices = back.pop_notices()
+        assert len(notices) == 1 and "stopped after 2 s without a sign" in notices[0]
+        assert "stopped after 2 s" in back.status().note
+    finally:
+        registry.shutdown()
+
+
+# -- admission before work -----------------------------------------------------------------------
+
+
+def test_starts_while_every_slot_is_taken_are_refused_before_decoding(llava_lm, videos, monkeypatch):
+    decoded = []
+    check_start = live_module.check_start
+    monkeypatch.setattr(live_module, "check_start", lambda *a, **k: decoded.append(a) or check_start(*a, **k))
+    registry = StreamRegistry(llava_lm, settings=SMALL, max_streams=1)
+    try:
+        registry.get("holder").start_file(videos["long"], speed="1x")
+        assert len(decoded) == 1
+        rss = psutil.Process().memory_info().rss
+
+        def start(i: int) -> str:
+            try:
+                registry.get(f"viewer{i}").start_file(videos["huge"])
+            except Busy as exc:
+                return str(exc)
+            return "started"
+
+        with ThreadPoolExecutor(10) as pool:
+            replies = list(pool.map(start, range(10)))
+        grown = psutil.Process().memory_info().rss - rss
+        assert all(r.startswith("Busy: this server runs at most 1 stream") for r in replies), replies
+        assert len(decoded) == 1  # nothing of the huge file was decoded
+        assert grown < 100 * MB, f"memory grew by {grown / MB:.0f} MB for ten refused starts"
+        assert registry.reserved_bytes() == registry.get("holder").reserved_bytes
+    finally:
+        registry.shutdown()
+
+
+def test_a_frame_too_large_is_refused_from_the_header_and_the_slot_is_given_back(llava_lm, videos):
+    registry = StreamRegistry(llava_lm, settings=SMALL, max_streams=1)
+    try:
+        stream = registry.get("a")
+        with pytest.raises(VideoError, match=r"'huge\.mp4': its frames are 8000x8000 \(64\.0 megapixels\)"):
+            stream.start_file(videos["huge"])
+        assert stream.reserved_bytes == 0 and stream.status().state is not StreamState.STREAMING
+        registry.get("b").start_file(videos["long"], speed="1x")  # the one slot is free
+    finally:
+        registry.shutdown()
+
+
+def test_starts_being_prepared_at_once_are_bounded(llava_lm, videos, monkeypatch):
+    inside, release = threading.Event(), threading.Event()
+    check_start = live_module.check_start
+
+    def slow_check(*args, **kwargs):
+        inside.set()
+        assert release.wait(30)
+        return check_start(*args, **kwargs)
+
+    monkeypatch.setattr(live_module, "check_start", slow_check)
+    registry = StreamRegistry(llava_lm, settings=SMALL, max_streams=4, max_preparing=1)
+    try:
+        first = threading.Thread(target=registry.get("a").start_file, args=(videos["long"], "1x"))
+        first.start()
+        assert inside.wait(30)
+        with pytest.raises(Busy, match=r"Busy: 1 start\(s\) are being prepared"):
+            registry.get("b").start_file(videos["long"])
+        assert registry.get("b").reserved_bytes == 0
+        release.set()
+        first.join(30)
+        assert registry.get("a").status().state is StreamState.STREAMING
+        registry.get("b").start_file(videos["long"], speed="1x")  # its turn now
+    finally:
+        release.set()
+        registry.shutdown()
