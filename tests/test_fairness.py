@@ -22,11 +22,14 @@ from gradio_client.exceptions import AppError
 
 import hermes.serving.live as live_module
 import hermes.serving.sources as sources_module
-from hermes.serving import Busy, StreamState, VideoError
+from hermes.serving import Busy, QuestionError, StreamState, VideoError
+from hermes.serving.live import MAX_QUESTIONS_IN_FLIGHT
 from hermes.serving.registry import StreamRegistry
+from hermes.serving.worker import STEPS_PER_TURN, Priority
 from hermes.video.clips import make_clip
 from tests.helpers import SMALL, wait_for
 from tests.test_app import serve
+from tests.test_worker import Countdown
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -197,4 +200,91 @@ def test_starts_being_prepared_at_once_are_bounded(llava_lm, videos, monkeypatch
         registry.get("b").start_file(videos["long"], speed="1x")  # its turn now
     finally:
         release.set()
+        registry.shutdown()
+
+
+# -- fair turns on the model thread ------------------------------------------------------------
+
+
+def test_a_flood_of_answers_takes_turns_with_another_streams_chunks(worker):
+    batch, order = Countdown(), []
+    batch.on_step = lambda n: order.append("step")
+    gate, busy = threading.Event(), threading.Event()
+    worker.submit(lambda: busy.set() or gate.wait(5), Priority.CHUNK, "x")
+    assert busy.wait(5)
+    for _ in range(4):  # the flooding viewer's long answers, all decoded together
+        worker.submit(lambda: 3 * STEPS_PER_TURN, Priority.QUESTION, "flood", batch=batch)
+    for i in range(3):  # and the other viewer's chunks, queued meanwhile
+        worker.submit(lambda i=i: order.append(f"chunk {i}"), Priority.CHUNK, "viewer")
+    gate.set()
+    assert worker.wait_idle(timeout=10)
+    turn = ["step"] * STEPS_PER_TURN
+    # The answers came first (they wait for the job in flight only), then a chunk after each turn of them.
+    assert order == [*turn, "chunk 0", *turn, "chunk 1", *turn, "chunk 2"]
+
+
+def test_a_question_of_a_quiet_viewer_waits_for_one_turn_of_each_participant(worker):
+    batch, order = Countdown(), []
+    batch.on_step = lambda n: order.append(f"step {'+'.join(batch.steps[-1])}")
+    gate, busy = threading.Event(), threading.Event()
+    worker.submit(lambda: busy.set() or gate.wait(5), Priority.CHUNK, "x")
+    assert busy.wait(5)
+    worker.submit(lambda: 100, Priority.QUESTION, "flood", batch=batch)
+
+    def chunk_a() -> None:  # the quiet viewer asks while a's chunk runs: b and the answers are waiting
+        order.append("a")
+        worker.submit(lambda: 1, Priority.QUESTION, "quiet", batch=batch)
+
+    worker.submit(chunk_a, Priority.CHUNK, "a")
+    worker.submit(lambda: order.append("b"), Priority.CHUNK, "b")
+    gate.set()
+    assert worker.wait_idle(timeout=10)
+    turn = ["step flood"] * STEPS_PER_TURN
+    # The round: a turn of answers, a's chunk, b's chunk, then the answers with the quiet viewer's
+    # question joined, however many tokens the flood still has to decode.
+    assert order[: STEPS_PER_TURN + 3] == [*turn, "a", "b", "step flood+quiet"]
+
+
+def test_one_viewer_flooding_questions_neither_fills_the_batch_nor_stops_another_streams_chunks(llava_lm, videos):
+    registry = StreamRegistry(llava_lm, settings=SMALL)
+    try:
+        flood, viewer = registry.get("flood"), registry.get("viewer")
+        flood.start_file(videos["long"], speed="max")
+        assert wait_for(lambda: flood.view().chunks > 0, 60)
+        flood.stop()  # it has seen some video, and asks about it
+        viewer.start_file(videos["long"], speed="max")
+        assert wait_for(lambda: viewer.view().chunks > 0, 60)
+        log: list[str] = []
+        ingest = viewer._memories.ingest
+        viewer._memories.ingest = lambda gen, chunk: log.append("chunk") or ingest(gen, chunk)
+        tickets = [flood.ask("What happens?", max_new_tokens=64) for _ in range(MAX_QUESTIONS_IN_FLIGHT)]
+        with pytest.raises(QuestionError, match="Wait for your previous answer: at most 2 questions"):
+            flood.ask("And now?")
+        for ticket in tickets:
+            original = ticket.put
+            ticket.put = lambda event, put=original: log.append("token") or put(event)
+        mine = viewer.ask("What is there?")
+        assert all(event.error is None for event in mine.events())
+        for ticket in tickets:
+            events = list(ticket.events())
+            assert events[-1].error is None, events[-1].error
+            assert events[-1].update.done and len(events) > 2 * STEPS_PER_TURN
+        first, last = log.index("token"), len(log) - log[::-1].index("token")
+        # The viewer's chunks went in between the flood's tokens, not after them.
+        assert log[first:last].count("chunk") >= 2, log
+    finally:
+        registry.shutdown()
+
+
+def test_a_question_is_limited_in_the_models_tokens(llava_lm):
+    registry = StreamRegistry(llava_lm, settings=SMALL)
+    try:
+        stream = registry.get("a")
+        question = "🦜" * 1000  # within the character limit, but four tokens each
+        tokens = int(llava_lm.encode(question).shape[-1])
+        assert tokens == 4000
+        with pytest.raises(QuestionError, match=rf"is {tokens:,} tokens long for this model; the limit is 512 tokens"):
+            stream.ask(question)
+        assert registry.worker.backlog("a") <= 1  # nothing but the memories' build was queued
+    finally:
         registry.shutdown()

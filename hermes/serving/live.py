@@ -22,7 +22,7 @@ import numpy as np
 
 from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import memory_reading
-from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, validate_question
+from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, QuestionError, validate_question
 from hermes.models.base import VideoLM
 from hermes.serving.answers import AnswerBatch, AnswerTicket, job_error_message
 from hermes.serving.chat import Chat
@@ -37,9 +37,28 @@ from hermes.serving.watching import Watchlist
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
 from hermes.video.decoding import VideoInfo, check_start
 
+# Questions of one stream being answered or waiting at once; more are told to wait. With the round of
+# turns on the model thread (hermes.serving.turns), this keeps one viewer from filling the answer
+# batch and Gradio's answer slots.
+MAX_QUESTIONS_IN_FLIGHT = 2
+# A question's length in the model's tokens: its prefill against the whole memory comes before the
+# first word of the answer, and every viewer waits for it (characters do not bound it: an emoji
+# takes several tokens of a byte-level vocabulary).
+MAX_QUESTION_TOKENS = 512
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
 # falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
 MAX_CHUNK_BACKLOG = 2
+
+
+def question_within_tokens(lm: VideoLM, question: str) -> str:
+    """`question`, unless it takes more than MAX_QUESTION_TOKENS of `lm`'s tokens: QuestionError then."""
+    tokens = int(lm.encode(question).shape[-1])
+    if tokens > MAX_QUESTION_TOKENS:
+        raise QuestionError(
+            f"The question is {tokens:,} tokens long for this model; the limit is {MAX_QUESTION_TOKENS:,} tokens. "
+            "Ask it in fewer words."
+        )
+    return question
 
 
 class LiveStream:
@@ -172,21 +191,26 @@ class LiveStream:
 
     def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> AnswerTicket:
         """Queue a question ahead of pending chunks; read the answer from the ticket's events().
-        QuestionError at once for an empty or over-long question."""
-        q = validate_question(question)
-        with self._lock:
+        QuestionError at once for an empty question, one over MAX_QUESTION_TOKENS of the model's
+        tokens, or one more than MAX_QUESTIONS_IN_FLIGHT of this stream's."""
+        q = question_within_tokens(self.lm, validate_question(question))
+        with self._lock:  # checked and queued together: two questions at once cannot both pass
             self._check_open()
-            gen = self.life.generation
+            if self.worker.backlog(self.key, Priority.QUESTION) >= MAX_QUESTIONS_IN_FLIGHT:
+                raise QuestionError(
+                    f"Wait for your previous answer: at most {MAX_QUESTIONS_IN_FLIGHT} questions of a viewer "
+                    "are answered at once."
+                )
+            ticket = AnswerTicket(q, self.life.generation)
+            gen = ticket.generation
+            self.worker.submit(
+                lambda: self._memories.answer(gen, ticket, max_new_tokens),
+                Priority.QUESTION,
+                self.key,
+                ticket.fail_job,
+                self._answers,
+            )
         self.touch()
-        ticket = AnswerTicket(q, gen)
-
-        self.worker.submit(
-            lambda: self._memories.answer(gen, ticket, max_new_tokens),
-            Priority.QUESTION,
-            self.key,
-            ticket.fail_job,
-            self._answers,
-        )
         return ticket
 
     def watch(self, question: str) -> list[str]:
