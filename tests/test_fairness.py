@@ -8,6 +8,7 @@ time: waits are bounded by `wait_for`, orders and counts are asserted.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -288,3 +289,53 @@ def test_a_question_is_limited_in_the_models_tokens(llava_lm):
         assert registry.worker.backlog("a") <= 1  # nothing but the memories' build was queued
     finally:
         registry.shutdown()
+
+
+# -- inputs as the API documents them ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app(llava_lm):
+    url, demo, registry = serve(llava_lm, SMALL, max_streams=1)
+    yield url, registry
+    demo.close()
+    registry.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("compare", "false", r"Invalid settings: compare takes true or false; got 'false'"),
+        ("compare_policies", "hermes", r"Invalid settings: compare_policies takes a list of names.*; got 'hermes'"),
+        ("budget", "abc", r"Invalid settings: budget takes a number from 128 to 10240; got 'abc'"),
+        ("budget", 500.5, r"Invalid settings: budget takes a whole number; got 500.5"),
+        ("fps", "1", r"Invalid settings: fps takes a number from 0.25 to 4; got '1'"),
+    ],
+)
+def test_api_settings_are_parsed_strictly_with_the_field_named(app, videos, capfd, field, value, message):
+    client = Client(app[0], verbose=False)
+    try:
+        capfd.readouterr()
+        with pytest.raises(AppError, match=message):
+            client.predict(handle_file(str(videos["long"])), "1x", api_name="/start_file", **{field: value})
+        assert "Traceback" not in capfd.readouterr().err  # a refusal is one line of the log, not a traceback
+        assert client.predict(api_name="/metrics")["state"] != "streaming"
+    finally:
+        client.close()
+
+
+def test_a_files_length_is_in_the_status_line_and_metrics_and_busy_is_one_line(app, videos, capfd, caplog):
+    first, second = Client(app[0], verbose=False), Client(app[0], verbose=False)
+    try:
+        status = first.predict(handle_file(str(videos["long"])), "1x", api_name="/start_file")[0]
+        assert "long.mp4 · 1x · 10:00 long" in status
+        assert first.predict(api_name="/metrics")["duration_s"] == pytest.approx(600.0, abs=1.0)
+        capfd.readouterr()
+        caplog.set_level(logging.INFO, logger="ui.callbacks")
+        with pytest.raises(AppError, match="Busy: this server runs at most 1 stream"):
+            second.predict(handle_file(str(videos["long"])), "1x", api_name="/start_file")
+        assert "Traceback" not in capfd.readouterr().err
+        assert any(r.getMessage().startswith("refused: Busy: this server") for r in caplog.records)
+    finally:
+        first.close()
+        second.close()

@@ -7,6 +7,7 @@ never run the model and return quickly; the timer tick redraws only what changed
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -39,6 +40,15 @@ SAMPLES = {
 DEFAULT_SAMPLE = next(iter(SAMPLES))
 FRAME_LABEL = "What the model just consumed"
 
+log = logging.getLogger(__name__)
+
+
+def refused(message: str) -> gr.Error:
+    """The error that refuses a request with `message`, logged as one line (a refusal is no bug:
+    Gradio would print its traceback)."""
+    log.info("refused: %s", message)
+    return gr.Error(message, print_exception=False)
+
 
 def settings_from(controls: Mapping[str, object]) -> StreamSettings:
     """StreamSettings from the Settings controls' values, named as its fields; gr.Error with the
@@ -46,7 +56,7 @@ def settings_from(controls: Mapping[str, object]) -> StreamSettings:
     try:
         return StreamSettings.from_controls(**controls)
     except (TypeError, ValueError) as exc:
-        raise gr.Error(f"Invalid settings: {exc}") from exc
+        raise refused(f"Invalid settings: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -140,12 +150,21 @@ def behind_text(status: StreamStatus, view: LiveView, keep_up: str = KEEP_UP) ->
     )
 
 
+def clock(seconds: float) -> str:
+    """A length as a clock shows it: 0:14, 10:00, 1:02:03."""
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}:{m:02d}:{s:02d}" if hours else f"{m}:{s:02d}"
+
+
 def status_text(stream: LiveStream) -> str:
     """Two short lines: what the stream is doing, and what the model has seen and kept."""
     status, view = stream.status(), stream.view()
     head = f"**{status.state.capitalize()}**"
     if status.source:
         head += f" · {status.source}" + (f" · {status.speed}" if status.source != "webcam" else "")
+    if status.duration_s is not None:
+        head += f" · {clock(status.duration_s)} long"
     if status.state in (StreamState.IDLE, StreamState.STARTING) and not status.source:
         head += " · pick a source and press Start"
     parts = [f"{status.frames_read} frames read", f"{view.frames_seen} seen by the model ({view.stream_time_s:.0f} s)"]
@@ -193,7 +212,7 @@ class Callbacks:
         """Stream a bundled sample clip into fresh memories with the Settings controls' `settings`;
         returns the status line."""
         if sample not in SAMPLES:
-            raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(SAMPLES)}")
+            raise refused(f"Unknown sample {sample!r}; choose one of: {', '.join(SAMPLES)}")
         return self._start(SAMPLES[sample], speed, settings_from(settings), request)
 
     def start_file(
@@ -201,7 +220,7 @@ class Callbacks:
     ) -> tuple[str, list, str]:
         """Stream an uploaded video file into fresh memories with `settings`; returns the status line."""
         if not video:
-            raise gr.Error("Upload a video file first (mp4, webm, avi, mov ...).")
+            raise refused("Upload a video file first (mp4, webm, avi, mov ...).")
         return self._start(Path(video), speed, settings_from(settings), request)
 
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
@@ -209,7 +228,7 @@ class Callbacks:
         try:
             stream.start_file(path, speed=speed, settings=settings)
         except (VideoError, Busy, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
         return status_text(stream), [], "Pause"
 
     def webcam_frame(self, frame, request: gr.Request, **settings: object) -> None:
@@ -220,7 +239,7 @@ class Callbacks:
         try:
             stream.push_frame(frame, settings_from(settings))
         except (Busy, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
 
     def set_speed(self, speed: str, request: gr.Request) -> None:
         self._stream(request).feed.set_speed(speed)
@@ -255,8 +274,9 @@ class Callbacks:
             ticket = stream.ask(question)
         except QuestionError as exc:
             if not (question or "").strip():  # nothing for the chat to show: the error is the answer
-                raise gr.Error(str(exc)) from exc
+                raise refused(str(exc)) from exc
             gr.Warning(str(exc))
+            log.info("refused a question: %s", exc)
             shown = question.strip()
             shown = shown if len(shown) <= 300 else shown[:300] + f"… ({len(shown):,} characters)"
             stream.chat.add({"role": "user", "content": shown})
@@ -288,7 +308,7 @@ class Callbacks:
         try:
             watching = self._stream(request).watch(question)
         except WatchError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
         return watch_choices(watching, watching[-1]), ""
 
     def unwatch(self, question: str | None, request: gr.Request) -> gr.Dropdown:
@@ -296,7 +316,7 @@ class Callbacks:
         try:
             watching = self._stream(request).unwatch(question or "")
         except WatchError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
         return watch_choices(watching, None)
 
     # -- reading ------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class LiveStream:
             self.feed.set_speed(speed)
             gen = self._reset(settings)
             source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
-            self._start_source(gen, source, info.name, source.start)
+            self._start_source(gen, source, info.name, info.duration)
         return info
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
@@ -271,15 +271,15 @@ class LiveStream:
             on_frames=lambda: self._locked(self.life.frames_again, gen),
         )
 
-    def _start_source(self, gen: int, source: Source, name: str, start: Callable[[], None] = lambda: None) -> None:
+    def _start_source(self, gen: int, source: Source, name: str, duration_s: float | None = None) -> None:
         """`source` becomes the source of generation `gen` and is started, unless a reset came first."""
         with self._lock:
             if not self.life.current(gen):
                 source.stop(flush=False)
                 return
-            self.feed.attach(source, name)
+            self.feed.attach(source, name, duration_s)
             self.life.state = StreamState.STREAMING
-            start()
+            source.start()
 
     def _hand_to_memories(self, watching: list[str]) -> list[str]:
         """Give the memories the standing questions (on the model thread); `watching` back."""
