@@ -23,6 +23,7 @@ from gradio_client.exceptions import AppError
 
 import hermes.serving.live as live_module
 import hermes.serving.sources as sources_module
+from hermes.engine.metrics import trim_host_memory
 from hermes.serving import Busy, QuestionError, StreamState, VideoError
 from hermes.serving.live import MAX_QUESTIONS_IN_FLIGHT
 from hermes.serving.registry import StreamRegistry
@@ -339,3 +340,20 @@ def test_a_files_length_is_in_the_status_line_and_metrics_and_busy_is_one_line(a
     finally:
         first.close()
         second.close()
+
+
+# -- memory returned -----------------------------------------------------------------------------
+
+
+def test_a_closed_stream_hands_its_freed_pages_back(llava_lm, videos, monkeypatch):
+    freed = []
+    monkeypatch.setattr(live_module, "free_cached_memory", lambda: freed.append(len(registry)))
+    registry = StreamRegistry(llava_lm, settings=SMALL)
+    try:
+        registry.get("a").start_file(videos["long"], speed="max")
+        assert registry.close("a") and registry.worker.wait_idle("a", 30)
+        # On the model thread, after the memories were dropped (the stream already gone from the registry).
+        assert freed == [0]
+        assert trim_host_memory()  # glibc's malloc_trim on this machine
+    finally:
+        registry.shutdown()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hermes.engine.chunk import Chunk
-from hermes.engine.metrics import memory_reading
+from hermes.engine.metrics import free_cached_memory, memory_reading
 from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, QuestionError, validate_question
 from hermes.models.base import VideoLM
 from hermes.serving.answers import AnswerBatch, AnswerTicket, job_error_message
@@ -187,7 +187,8 @@ class LiveStream:
             self.chat.clear(self.life.generation)
         self.reserved_bytes = self.reserved_host_bytes = 0
         self.worker.cancel(self.key)
-        self.worker.submit(self._memories.drop, Priority.CONTROL, self.key)
+        # The caches freed, their pages go back to the system (else they stay in the process's RSS).
+        self.worker.submit(lambda: (self._memories.drop(), free_cached_memory()), Priority.CONTROL, self.key)
 
     def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> AnswerTicket:
         """Queue a question ahead of pending chunks; read the answer from the ticket's events().
