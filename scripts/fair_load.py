@@ -1,17 +1,16 @@
 """Fair and safe under load, measured against the launched app: memory returned, fair turns, cheap refusals.
 
-Serves the app in this process on 127.0.0.1 (a tiny random-weight model by default) and drives it
-with `gradio_client`, as viewers and scripts do. Three measurements, each printed with its target
-and met/missed:
+Serves the app (`python app.py`, a tiny random-weight model by default) in a process of its own on
+127.0.0.1, reads that process's memory, and drives it with `gradio_client`, as viewers and scripts
+do. Three measurements, each printed with its target and met/missed:
 
 1. memory returned: rounds of N clients that each stream a clip, ask, and close. The process's RSS
    after the first round is the warmed-up level; after each later round, once every stream is
-   closed, RSS must be back within MARGIN_MB of it. `--no-trim` runs the same without handing the
-   C heap's free pages back (`hermes.engine.metrics.trim_host_memory`), to show what that does.
+   closed, RSS must be back within MARGIN_MB of it. `--no-trim` runs the same with a server that
+   keeps the C heap's free pages (`hermes.engine.metrics.trim_host_memory` off), to show what it does.
 2. fair turns: a viewer streams a long clip and asks, alone, then while another client floods the
-   server with questions. Its first-token latency (the wait for the model thread plus the
-   prefill, as the server measures it) with the flood must stay within TTFT_FACTOR of alone, and
-   its chunks must keep going in.
+   server with questions. Its time to the first token of an answer, as its client sees it, with
+   the flood must stay within TTFT_FACTOR of alone, and its chunks must keep going in.
 3. cheap refusals: with every slot taken, 10 parallel starts of a one-frame 8000 x 8000 file are all
    refused, and the process's memory grows by less than REFUSAL_MB.
 
@@ -26,6 +25,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,28 +34,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-from hermes.engine import metrics as engine_metrics
-from hermes.models.loading import load_video_lm, set_threads
-from hermes.serving import StreamRegistry, StreamSettings
-from hermes.video.clips import make_clip
-from ui import build_app, launch_options
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # for the server, which inherits it
+
+from hermes.video.clips import make_clip  # noqa: E402
 
 MB = 2**20
 MARGIN_MB = 150.0  # RSS after a round with every client gone, above the warmed-up level
-TTFT_FACTOR = 3.0  # a viewer's first-token latency beside a flood of questions, against alone
+TTFT_FACTOR = 3.0  # a viewer's time to the first token beside a flood of questions, against alone
 REFUSAL_MB = 100.0  # memory growth for 10 refused starts of a huge-frame file
-SETTINGS = StreamSettings(budget=512, chunk_frames=4, fps=1.0)
-
-
-def rss_mb() -> float:
-    return psutil.Process().memory_info().rss / MB
+SETTLE_S = 5.0  # after the last client closed: its heartbeat's end closes its stream
+# The server, with the C heap trimming turned off (for --no-trim).
+NO_TRIM = "import hermes.engine.metrics as m; m.trim_host_memory = lambda: False; "
+SERVER = "import runpy, sys; sys.argv = ['app.py', *sys.argv[1:]]; runpy.run_path('app.py', run_name='__main__')"
 
 
 def wait(predicate, timeout: float, step: float = 0.2):
@@ -68,22 +63,42 @@ def wait(predicate, timeout: float, step: float = 0.2):
     return None
 
 
-def serve(lm, max_streams: int, lease_s: float) -> tuple[str, object, StreamRegistry]:
-    registry = StreamRegistry(lm, settings=SETTINGS, max_streams=max_streams, lease_s=lease_s)
-    demo = build_app(lm, registry=registry)
+def serve(model: str, dtype: str, clients: int, trim: bool) -> tuple[str, subprocess.Popen]:
+    """`python app.py` on a free port, in a process of its own; its URL once it answers."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
-    return demo.local_url, demo, registry
+    code = SERVER if trim else NO_TRIM + SERVER
+    args = ["--model", model, "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port)]
+    server = subprocess.Popen(
+        [sys.executable, "-c", code, *args, "--max-sessions", str(clients)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/"
+
+    def up() -> bool:
+        try:
+            Client(url, verbose=False).close()
+            return True
+        except Exception:
+            return False
+
+    if not wait(up, 300, step=1.0):
+        server.kill()
+        raise RuntimeError("the app did not come up")
+    return url, server
 
 
-def settled(registry: StreamRegistry) -> float:
-    """RSS once every stream is closed and the model thread is idle."""
-    wait(lambda: len(registry) == 0, 60)
-    registry.worker.wait_idle(timeout=60)
-    time.sleep(1.0)
-    return rss_mb()
+def rss_mb(server: subprocess.Popen) -> float:
+    return psutil.Process(server.pid).memory_info().rss / MB
+
+
+def settled(server: subprocess.Popen) -> float:
+    """The server's RSS once the clients that just closed have had their streams closed."""
+    time.sleep(SETTLE_S)
+    return rss_mb(server)
 
 
 def start(client: Client, clip: Path, pace: str) -> None:
@@ -110,33 +125,39 @@ def viewer_round(url: str, clip: Path) -> None:
         client.close()
 
 
-def memory_rounds(url: str, registry: StreamRegistry, clip: Path, rounds: int, clients: int) -> dict:
-    """RSS after each round of `clients` viewers, the first being the warm-up."""
+def memory_rounds(url: str, server: subprocess.Popen, clip: Path, rounds: int, clients: int) -> dict:
+    """The server's RSS after each round of `clients` viewers, the first being the warm-up."""
     after = []
     for _ in range(rounds + 1):
         with ThreadPoolExecutor(clients) as pool:
             list(pool.map(lambda _: viewer_round(url, clip), range(clients)))
-        after.append(settled(registry))
+        after.append(settled(server))
     warm, later = after[0], after[1:]
     return {"warm_mb": warm, "after_rounds_mb": later, "worst_above_warm_mb": max(later) - warm}
 
 
 def first_token_ms(client: Client) -> float:
-    """Ask and wait for the whole answer; the server's wait for the model thread plus the first token."""
-    client.predict("What is there now?", api_name="/ask")
-    answer = client.predict(api_name="/metrics")["answers"][-1]
-    return answer["wait_ms"] + answer["ttft_ms"]
+    """Ask, and the time until the client sees the answer's first token; waits for the whole answer."""
+    t0 = time.monotonic()
+    first = None
+    job = client.submit("What is there now?", api_name="/ask")
+    for chat, _ in job:
+        if first is None and len(chat) >= 2 and chat[-1]["role"] == "assistant":
+            first = (time.monotonic() - t0) * 1000.0
+    job.result()
+    return first if first is not None else (time.monotonic() - t0) * 1000.0
 
 
 def fair_turns(url: str, long_clip: Path, asks: int) -> dict:
-    """A viewer's first-token latency alone and beside a flood of questions; its chunks meanwhile."""
+    """A viewer's time to first token alone and beside a flood of questions; its chunks meanwhile."""
     viewer, flood = Client(url, verbose=False), Client(url, verbose=False)
     try:
-        flood.predict(handle_file(str(long_clip)), "max", api_name="/start_file")
+        start(flood, long_clip, "max")
         wait(lambda: flood.predict(api_name="/metrics")["chunks"] >= 2, 120)
         flood.predict(api_name="/stop")
-        viewer.predict(handle_file(str(long_clip)), "1x", api_name="/start_file")
+        start(viewer, long_clip, "1x")
         wait(lambda: viewer.predict(api_name="/metrics")["chunks"] >= 1, 120)
+        first_token_ms(viewer)  # warm-up
         alone = [first_token_ms(viewer) for _ in range(asks)]
         stop = threading.Event()
 
@@ -168,14 +189,14 @@ def fair_turns(url: str, long_clip: Path, asks: int) -> dict:
     }
 
 
-def cheap_refusals(url: str, registry: StreamRegistry, long_clip: Path, huge: Path) -> dict:
+def cheap_refusals(url: str, server: subprocess.Popen, clients: int, long_clip: Path, huge: Path) -> dict:
     """With every slot taken, 10 parallel starts of a huge-frame file: replies and memory growth."""
-    settled(registry)  # the earlier clients' streams are closed
-    holders = [Client(url, verbose=False) for _ in range(registry.max_streams)]
+    settled(server)  # the earlier clients' streams are closed
+    holders = [Client(url, verbose=False) for _ in range(clients)]
     try:
         for client in holders:
             start(client, long_clip, "1x")
-        before = rss_mb()
+        before = rss_mb(server)
 
         def start_huge(_: int) -> str:
             client = Client(url, verbose=False)
@@ -189,7 +210,7 @@ def cheap_refusals(url: str, registry: StreamRegistry, long_clip: Path, huge: Pa
 
         with ThreadPoolExecutor(10) as pool:
             replies = list(pool.map(start_huge, range(10)))
-        grown = rss_mb() - before
+        grown = rss_mb(server) - before
     finally:
         for client in holders:
             client.close()
@@ -207,36 +228,30 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny")
     p.add_argument("--dtype", default="fp32")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--asks", type=int, default=3)
-    p.add_argument("--no-trim", action="store_true", help="keep the C heap's free pages (to compare)")
+    p.add_argument("--asks", type=int, default=5)
+    p.add_argument("--no-trim", action="store_true", help="a server that keeps the C heap's free pages (to compare)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    if args.threads:
-        set_threads(args.threads)
-    if args.no_trim:
-        engine_metrics.trim_host_memory = lambda: False  # the free pages stay in the arenas
     root = Path(tempfile.mkdtemp(prefix="fair-load-"))
     clip = make_clip(root / "clip.mp4", 12.0, fps=4, size=(320, 240))
     long_clip = make_clip(root / "long.mp4", 600.0, fps=1, size=(64, 64))
     huge = make_clip(root / "huge.mp4", 0.04, fps=25, size=(8000, 8000))
-    lm = load_video_lm(args.model, dtype=args.dtype)
-    url, demo, registry = serve(lm, max_streams=args.clients, lease_s=60.0)
+    url, server = serve(args.model, args.dtype, args.clients, trim=not args.no_trim)
     try:
-        memory = memory_rounds(url, registry, clip, args.rounds, args.clients)
+        memory = memory_rounds(url, server, clip, args.rounds, args.clients)
         print(json.dumps({"memory": memory}), flush=True)
         turns = fair_turns(url, long_clip, args.asks)
         print(json.dumps({"turns": turns}), flush=True)
-        refusals = cheap_refusals(url, registry, long_clip, huge)
+        refusals = cheap_refusals(url, server, args.clients, long_clip, huge)
     finally:
-        demo.close()
-        registry.shutdown()
+        server.terminate()
+        server.wait(30)
     results = {"model": args.model, "trim": not args.no_trim, "memory": memory, "turns": turns, "refusals": refusals}
     print(json.dumps(results, indent=2))
     print(report("RSS above the warmed-up level after the worst round", memory["worst_above_warm_mb"], MARGIN_MB, "MB"))
-    print(report("first-token latency beside a flood / alone", turns["factor"], TTFT_FACTOR, "x"))
+    print(report("time to first token beside a flood / alone", turns["factor"], TTFT_FACTOR, "x"))
     print(report("the viewer's chunks taken in during the flood", turns["viewer_chunks_during_flood"], 1, "", False))
     print(report("huge-frame starts refused as Busy, of 10", refusals["refused_busy"], 10, "", False))
     print(report("memory grown by 10 refused starts", refusals["grown_mb"], REFUSAL_MB, "MB"))

@@ -13,7 +13,9 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
+import gradio as gr
 import httpx
 import numpy as np
 import psutil
@@ -32,6 +34,7 @@ from hermes.video.clips import make_clip
 from tests.helpers import SMALL, wait_for
 from tests.test_app import serve
 from tests.test_worker import Countdown
+from ui.callbacks import Callbacks
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -105,16 +108,18 @@ def test_silent_rest_starts_lapse_and_a_fifth_viewer_gets_in(llava_lm, videos):
 def test_paused_and_quiet_webcam_streams_lapse_while_a_polling_viewer_keeps_its_stream(llava_lm, videos, monkeypatch):
     monkeypatch.setattr(sources_module, "SILENCE_S", 0.2)  # the webcam falls quiet at once
     registry = StreamRegistry(llava_lm, settings=SMALL, lease_s=2.0)
+    registry.lease_s = 1e6  # nobody lapses while the streams are set up, however slow the machine
     try:
         paused, camera, poller = (registry.get(k) for k in ("paused", "camera", "poller"))
         paused.start_file(videos["long"], speed="1x")
         registry.get("paused").pause()
         assert paused.status().state is StreamState.PAUSED
         registry.get("camera").push_frame(np.zeros((64, 64, 3), dtype=np.uint8))
-        # Keep the camera's viewer around until the camera has gone quiet, then let it go.
-        assert wait_for(lambda: registry.get("camera").status().state is StreamState.WAITING, 30)
+        assert wait_for(lambda: camera.status().state is StreamState.WAITING, 30)  # the camera went quiet
         poller.start_file(videos["long"], speed="1x")
         assert registry.reserved_bytes() == 3 * paused.reserved_bytes > 0
+        assert paused.status().state is StreamState.PAUSED and camera.status().state is StreamState.WAITING
+        registry.lease_s = 2.0  # from now on, only the poller is heard from
 
         def lapsed_while_polling() -> bool:
             assert registry.get("poller") is poller  # polling renews its lease
@@ -125,6 +130,12 @@ def test_paused_and_quiet_webcam_streams_lapse_while_a_polling_viewer_keeps_its_
         assert poller.status().state is StreamState.STREAMING and not poller.closed
         assert registry.reserved_bytes() == poller.reserved_bytes and len(registry) == 1
         assert registry.worker.wait_idle("paused", 10) and not paused.feed.source.thread.is_alive()
+        # The camera's page wakes up: its timer's next tick says why the stream is gone, once.
+        callbacks = Callbacks(registry)
+        callbacks.live = SimpleNamespace(status="status")
+        page = SimpleNamespace(session_hash="camera")
+        assert "stopped after 2 s without a sign" in callbacks.tick(page)["status"]
+        assert callbacks.tick(page) == gr.skip()
         # The paused stream's viewer comes back: a fresh stream that says why the old one is gone.
         back = registry.get("paused")
         assert back is not paused and back.status().state is not StreamState.PAUSED

@@ -334,9 +334,14 @@ class Callbacks:
     def tick(self, request: gr.Request) -> dict:
         """Timer: redraw what changed (frame, status, the plots, metrics) and show new alerts in the
         chat; the parts of `live` that did not change are left out (Gradio keeps them)."""
-        stream = self.registry.get(request.session_hash or "anonymous", create=False)
-        if stream is None:
-            return gr.skip()
+        key = request.session_hash or "anonymous"
+        stream = self.registry.get(key, create=False)
+        if stream is None:  # none yet, or it lapsed while the page was away (asleep, say): say so once
+            note = self.registry.pop_lapsed(key)
+            if note is None:
+                return gr.skip()
+            gr.Warning(note)
+            return {self.live.status: f"**Stopped**  \nℹ️ {note}"}
         for notice in stream.pop_notices():
             gr.Warning(notice)
         view, live = stream.view(), self.live

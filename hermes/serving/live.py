@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,9 @@ from hermes.video.decoding import VideoInfo, check_start
 # turns on the model thread (hermes.serving.turns), this keeps one viewer from filling the answer
 # batch and Gradio's answer slots.
 MAX_QUESTIONS_IN_FLIGHT = 2
+WAIT_FOR_ANSWER = (
+    f"Wait for your previous answer: at most {MAX_QUESTIONS_IN_FLIGHT} questions of a viewer are answered at once."
+)
 # A question's length in the model's tokens: its prefill against the whole memory comes before the
 # first word of the answer, and every viewer waits for it (characters do not bound it: an emoji
 # takes several tokens of a byte-level vocabulary).
@@ -144,6 +148,7 @@ class LiveStream:
             gen = self._reset(settings)
             source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
             self._start_source(gen, source, info.name, info.duration)
+        self.touch()  # the lease counts from the start's end: preparing it may take a while
         return info
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
@@ -198,19 +203,10 @@ class LiveStream:
         with self._lock:  # checked and queued together: two questions at once cannot both pass
             self._check_open()
             if self.worker.backlog(self.key, Priority.QUESTION) >= MAX_QUESTIONS_IN_FLIGHT:
-                raise QuestionError(
-                    f"Wait for your previous answer: at most {MAX_QUESTIONS_IN_FLIGHT} questions of a viewer "
-                    "are answered at once."
-                )
+                raise QuestionError(WAIT_FOR_ANSWER)
             ticket = AnswerTicket(q, self.life.generation)
-            gen = ticket.generation
-            self.worker.submit(
-                lambda: self._memories.answer(gen, ticket, max_new_tokens),
-                Priority.QUESTION,
-                self.key,
-                ticket.fail_job,
-                self._answers,
-            )
+            answer = partial(self._memories.answer, ticket.generation, ticket, max_new_tokens)
+            self.worker.submit(answer, Priority.QUESTION, self.key, ticket.fail_job, self._answers)
         self.touch()
         return ticket
 

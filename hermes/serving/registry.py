@@ -109,6 +109,11 @@ class StreamRegistry:
         stream.close()
         return True
 
+    def pop_lapsed(self, key: str) -> str | None:
+        """What to tell viewer `key` if its stream lapsed (once), else None."""
+        with self._lock:
+            return self._gone.pop(key, None)
+
     def reap(self) -> list[str]:
         """Close the streams whose lease ran out (none of their viewer's requests for `lease_s`); their keys.
         A viewer whose stream held a source or memory is told why when they come back."""
