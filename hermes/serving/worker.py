@@ -8,8 +8,8 @@ batch's turn takes every queued job of that batch along and steps all of them, t
 of that batch that arrive meanwhile at its next step, for STEPS_PER_TURN steps while others wait
 (unless a control job is waiting: then it finishes what it holds, takes nothing more in, and
 lets that run). A job that raises (out of memory included) is reported to its owner and the
-thread carries on with the others. The streams it serves live in `hermes.serving.live`, the registry of all viewers'
-streams with admission control in `hermes.serving.registry`.
+thread carries on with the others. The streams it serves live in `hermes.serving.live`, the
+registry of all viewers' streams with admission control in `hermes.serving.registry`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ STEPS_PER_TURN = 8
 
 
 class Priority(IntEnum):
-    """Job order within a stream's turn (control jobs go before anyone's): lower runs first; FIFO within a priority."""
+    """Job order within a stream's turn (control jobs go before anyone's turn): lower runs first;
+    FIFO within a priority."""
 
     CONTROL = 0  # build or drop a stream's memories: before that stream's other jobs
     QUESTION = 1  # ahead of queued chunks
