@@ -7,7 +7,15 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import DEFAULT_LEASE_S, StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
+from hermes.serving import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_PREPARING,
+    StreamRegistry,
+    StreamSettings,
+    Tier,
+    VideoLM,
+    layer_tiers,
+)
 from ui import panels
 from ui.callbacks import Callbacks
 
@@ -17,7 +25,8 @@ TICK_S = 1.0
 # threads and requests waiting on it. Quick handlers (controls, ticks, webcam frames) return at
 # once and run without a limit; an answer holds a thread while it streams, so at most
 # ASK_CONCURRENCY answers stream at once and later questions wait in Gradio's queue, which refuses
-# requests beyond QUEUE_MAX_SIZE ("the queue is full").
+# requests beyond QUEUE_MAX_SIZE ("the queue is full"). Starts (which decode a file's first frames)
+# run at most DEFAULT_MAX_PREPARING at once, as the registry prepares them.
 QUEUE_MAX_SIZE = 64
 ASK_CONCURRENCY = 8
 DEFAULT_CONCURRENCY = 4  # events without their own limit (the tab-closed handler)
@@ -119,11 +128,14 @@ def _wire(
     quick = {"concurrency_limit": None, "show_progress": "hidden"}
     started = [cb.live.status, talk.chatbot, source.pause]
     settings = {"inputs_kwargs": controls}
+    # Starts decode a file's first frames: at most the registry's preparing bound at once, the rest
+    # wait in Gradio's queue (holding no thread) instead of being told "Busy".
+    starting = {"concurrency_limit": DEFAULT_MAX_PREPARING, "concurrency_id": "start", "show_progress": "hidden"}
     source.start_sample.click(
-        cb.start_sample, [source.sample, source.speed], started, api_name="start_sample", **settings, **quick
+        cb.start_sample, [source.sample, source.speed], started, api_name="start_sample", **settings, **starting
     )
     source.start_upload.click(
-        cb.start_file, [source.upload, source.speed], started, api_name="start_file", **settings, **quick
+        cb.start_file, [source.upload, source.speed], started, api_name="start_file", **settings, **starting
     )
     source.pause.click(cb.pause, None, [cb.live.status, source.pause], api_name="pause", **quick)
     source.stop.click(cb.stop, None, cb.live.status, api_name="stop", **quick)

@@ -20,7 +20,7 @@ from hermes.serving.model import (
     load_model_or_fallback,
     requested_model,
 )
-from hermes.serving.registry import DEFAULT_LEASE_S, StreamRegistry
+from hermes.serving.registry import DEFAULT_LEASE_S, DEFAULT_MAX_PREPARING, StreamRegistry
 from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
@@ -31,6 +31,7 @@ __all__ = [
     "BUDGET",
     "COMPARE_POLICIES",
     "DEFAULT_LEASE_S",
+    "DEFAULT_MAX_PREPARING",
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
     "HOST",
