@@ -45,6 +45,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     p.add_argument("--max-sessions", type=int, default=4, help="streams that may run at once (more are told to wait)")
     p.add_argument(
+        "--lease-s",
+        type=float,
+        default=60.0,
+        help="seconds without a sign of a stream's viewer (page heartbeat, request, /metrics or /keepalive) after "
+        "which the stream is stopped and its slot and memory freed (default: 60)",
+    )
+    p.add_argument(
         "--memory-cap-mb",
         type=float,
         default=None,
@@ -112,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_streams=args.max_sessions,
         memory_cap_bytes=None if cap_mb is None else int(cap_mb * 2**20),
         checkpoints=checkpoints,
+        lease_s=args.lease_s,
     )
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
     return 0

@@ -22,7 +22,7 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 from hermes.engine.session import StreamingSession
-from hermes.serving import LiveStream, StreamSettings
+from hermes.serving import DEFAULT_MAX_PREPARING, LiveStream, StreamSettings
 from hermes.serving.admission import cache_bytes_for
 from hermes.video.clips import make_clip
 from tests.corpus import DAMAGED, DAMAGED_AFTER_S, DAMAGED_AT_S, DAMAGED_TO_THE_END, REFUSED, STREAMED, Clip
@@ -250,7 +250,9 @@ def test_gradio_concurrency_and_queue_limits_are_explicit(app):
     assert limits["ask"] == (ASK_CONCURRENCY, "ask")
     asks = [fn for fn in demo.fns.values() if fn.name == "ask"]
     assert len(asks) == 2 and {fn.concurrency_id for fn in asks} == {"ask"}  # button and Enter share it
-    quick = ["start_file", "start_sample", "pause", "stop", "reset", "metrics", "tick", "webcam_frame", "set_speed"]
+    # Starts decode a file's first frames: as many at once as the registry prepares, the rest queue.
+    assert limits["start_file"] == limits["start_sample"] == (DEFAULT_MAX_PREPARING, "start")
+    quick = ["pause", "stop", "reset", "metrics", "tick", "webcam_frame", "set_speed"]
     assert all(limits[name][0] is None for name in quick), limits
     assert demo._queue.max_size == QUEUE_MAX_SIZE
     assert demo._queue.default_concurrency_limit == DEFAULT_CONCURRENCY

@@ -7,6 +7,7 @@ never run the model and return quickly; the timer tick redraws only what changed
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -36,6 +37,15 @@ from ui import figures
 
 FRAME_LABEL = "What the model just consumed"
 
+log = logging.getLogger(__name__)
+
+
+def refused(message: str) -> gr.Error:
+    """The error that refuses a request with `message`, logged as one line (a refusal is no bug:
+    Gradio would print its traceback)."""
+    log.info("refused: %s", message)
+    return gr.Error(message, print_exception=False)
+
 
 def settings_from(controls: Mapping[str, object]) -> StreamSettings:
     """StreamSettings from the Settings controls' values, named as its fields; gr.Error with the
@@ -43,7 +53,7 @@ def settings_from(controls: Mapping[str, object]) -> StreamSettings:
     try:
         return StreamSettings.from_controls(**controls)
     except (TypeError, ValueError) as exc:
-        raise gr.Error(f"Invalid settings: {exc}") from exc
+        raise refused(f"Invalid settings: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -137,12 +147,21 @@ def behind_text(status: StreamStatus, view: LiveView, keep_up: str = KEEP_UP) ->
     )
 
 
+def clock(seconds: float) -> str:
+    """A length as a clock shows it: 0:14, 10:00, 1:02:03."""
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}:{m:02d}:{s:02d}" if hours else f"{m}:{s:02d}"
+
+
 def status_text(stream: LiveStream) -> str:
     """Two short lines: what the stream is doing, and what the model has seen and kept."""
     status, view = stream.status(), stream.view()
     head = f"**{status.state.capitalize()}**"
     if status.source:
         head += f" · {status.source}" + (f" · {status.speed}" if status.source != "webcam" else "")
+    if status.duration_s is not None:
+        head += f" · {clock(status.duration_s)} long"
     if status.state in (StreamState.IDLE, StreamState.STARTING) and not status.source:
         head += " · pick a source and press Start"
     parts = [f"{status.frames_read} frames read", f"{view.frames_seen} seen by the model ({view.stream_time_s:.0f} s)"]
@@ -196,7 +215,7 @@ class Callbacks:
         """Stream a bundled sample clip into fresh memories with the Settings controls' `settings`;
         returns the status line."""
         if sample not in self.samples:
-            raise gr.Error(f"Unknown sample {sample!r}; choose one of: {', '.join(self.samples)}")
+            raise refused(f"Unknown sample {sample!r}; choose one of: {', '.join(self.samples)}")
         return self._start(self.samples[sample].path, speed, settings_from(settings), request)
 
     def suggest(self, sample: str) -> str:
@@ -208,7 +227,7 @@ class Callbacks:
     ) -> tuple[str, list, str]:
         """Stream an uploaded video file into fresh memories with `settings`; returns the status line."""
         if not video:
-            raise gr.Error("Upload a video file first (mp4, webm, avi, mov ...).")
+            raise refused("Upload a video file first (mp4, webm, avi, mov ...).")
         return self._start(Path(video), speed, settings_from(settings), request)
 
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
@@ -219,7 +238,7 @@ class Callbacks:
             else:
                 stream.start_file(path, speed=speed, settings=settings)
         except (VideoError, Busy, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
         return status_text(stream), [], "Pause"
 
     def webcam_frame(self, frame, request: gr.Request, **settings: object) -> None:
@@ -230,7 +249,7 @@ class Callbacks:
         try:
             stream.push_frame(frame, settings_from(settings))
         except (Busy, ValueError) as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
 
     def set_speed(self, speed: str, request: gr.Request) -> None:
         self._stream(request).feed.set_speed(speed)
@@ -265,8 +284,9 @@ class Callbacks:
             ticket = stream.ask(question)
         except QuestionError as exc:
             if not (question or "").strip():  # nothing for the chat to show: the error is the answer
-                raise gr.Error(str(exc)) from exc
+                raise refused(str(exc)) from exc
             gr.Warning(str(exc))
+            log.info("refused a question: %s", exc)
             shown = question.strip()
             shown = shown if len(shown) <= 300 else shown[:300] + f"… ({len(shown):,} characters)"
             stream.chat.add({"role": "user", "content": shown})
@@ -280,6 +300,7 @@ class Callbacks:
         compare = len(stream.view().settings.policies) > 1
         slots: dict[str, int] = {}
         for event in ticket.events():
+            stream.touch()  # an answer being read is a sign of its viewer
             if event.error:
                 stream.chat.add(error_message(event.error), gen)
                 gr.Warning(event.error)
@@ -297,7 +318,7 @@ class Callbacks:
         try:
             watching = self._stream(request).watch(question)
         except WatchError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
         return watch_choices(watching, watching[-1]), ""
 
     def unwatch(self, question: str | None, request: gr.Request) -> gr.Dropdown:
@@ -305,7 +326,7 @@ class Callbacks:
         try:
             watching = self._stream(request).unwatch(question or "")
         except WatchError as exc:
-            raise gr.Error(str(exc)) from exc
+            raise refused(str(exc)) from exc
         return watch_choices(watching, None)
 
     # -- reading ------------------------------------------------------------------------------
@@ -313,12 +334,24 @@ class Callbacks:
         """The stream's numbers: frames, cache bytes per policy, memory, and recent answers' timings."""
         return self._stream(request).metrics()
 
+    def keepalive(self, request: gr.Request) -> dict:
+        """Renew the session's lease (as any request does): its stream's state, and the seconds of
+        silence after which it is stopped and its memory freed."""
+        stream = self.registry.get(request.session_hash or "anonymous", create=False)
+        state = "none" if stream is None else str(stream.status().state)
+        return {"state": state, "lease_s": self.registry.lease_s}
+
     def tick(self, request: gr.Request) -> dict:
         """Timer: redraw what changed (frame, status, the plots, metrics) and show new alerts in the
         chat; the parts of `live` that did not change are left out (Gradio keeps them)."""
-        stream = self.registry.get(request.session_hash or "anonymous", create=False)
-        if stream is None:
-            return gr.skip()
+        key = request.session_hash or "anonymous"
+        stream = self.registry.get(key, create=False)
+        if stream is None:  # none yet, or it lapsed while the page was away (asleep, say): say so once
+            note = self.registry.pop_lapsed(key)
+            if note is None:
+                return gr.skip()
+            gr.Warning(note)
+            return {self.live.status: f"**Stopped**  \nℹ️ {note}"}
         for notice in stream.pop_notices():
             gr.Warning(notice)
         view, live = stream.view(), self.live

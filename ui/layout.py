@@ -7,7 +7,17 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import CheckpointStore, StreamRegistry, StreamSettings, Tier, VideoLM, Viewers, layer_tiers
+from hermes.serving import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_PREPARING,
+    CheckpointStore,
+    StreamRegistry,
+    StreamSettings,
+    Tier,
+    VideoLM,
+    Viewers,
+    layer_tiers,
+)
 from ui import panels
 from ui.callbacks import Callbacks
 from ui.memory_files import FileCallbacks, files_panel, wire_files
@@ -18,7 +28,8 @@ TICK_S = 1.0
 # threads and requests waiting on it. Quick handlers (controls, ticks, webcam frames) return at
 # once and run without a limit; an answer holds a thread while it streams, so at most
 # ASK_CONCURRENCY answers stream at once and later questions wait in Gradio's queue, which refuses
-# requests beyond QUEUE_MAX_SIZE ("the queue is full").
+# requests beyond QUEUE_MAX_SIZE ("the queue is full"). Starts (which decode a file's first frames)
+# run at most DEFAULT_MAX_PREPARING at once, as the registry prepares them.
 QUEUE_MAX_SIZE = 64
 ASK_CONCURRENCY = 8
 DEFAULT_CONCURRENCY = 4  # events without their own limit (the tab-closed handler)
@@ -88,12 +99,15 @@ def build_app(
     max_streams: int = 4,
     memory_cap_bytes: int | None = None,
     checkpoints: CheckpointStore | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> gr.Blocks:
     """The Blocks app. Pass `registry` to keep a handle on the viewers' streams (tests shut it down);
-    otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry). With
-    `checkpoints`, each viewer's memory is checkpointed there and offered back after a restart."""
+    otherwise one is made with `max_streams`, `memory_cap_bytes` and `lease_s` (see StreamRegistry).
+    With `checkpoints`, each viewer's memory is checkpointed there and offered back after a restart."""
     if registry is None:
-        registry = StreamRegistry(lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes)
+        registry = StreamRegistry(
+            lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes, lease_s=lease_s
+        )
     s = registry.settings
     cb = Callbacks(registry, None if checkpoints is None else Viewers(checkpoints))
     banner = model_banner(lm, load_error)
@@ -138,11 +152,14 @@ def _wire(
     started = [cb.live.status, talk.chatbot, source.pause]
     settings = {"inputs_kwargs": controls}
     source.sample.change(cb.suggest, source.sample, source.suggestions, api_name=False, **quick)
+    # Starts decode a file's first frames: at most the registry's preparing bound at once, the rest
+    # wait in Gradio's queue (holding no thread) instead of being told "Busy".
+    starting = {"concurrency_limit": DEFAULT_MAX_PREPARING, "concurrency_id": "start", "show_progress": "hidden"}
     source.start_sample.click(
-        cb.start_sample, [source.sample, source.speed], started, api_name="start_sample", **settings, **quick
+        cb.start_sample, [source.sample, source.speed], started, api_name="start_sample", **settings, **starting
     )
     source.start_upload.click(
-        cb.start_file, [source.upload, source.speed], started, api_name="start_file", **settings, **quick
+        cb.start_file, [source.upload, source.speed], started, api_name="start_file", **settings, **starting
     )
     source.pause.click(cb.pause, None, [cb.live.status, source.pause], api_name="pause", **quick)
     source.stop.click(cb.stop, None, cb.live.status, api_name="stop", **quick)
@@ -168,4 +185,5 @@ def _wire(
     )
     talk.unwatch.click(cb.unwatch, talk.watching, talk.watching, api_name="unwatch", **quick)
     inside.refresh.click(cb.metrics, None, inside.metrics, api_name="metrics", **quick)
+    gr.api(cb.keepalive, api_name="keepalive", concurrency_limit=None)
     gr.Timer(TICK_S).tick(cb.tick, None, cb.live.components(), api_visibility="private", **quick)

@@ -20,7 +20,7 @@ from hermes.serving import (
     suggestions_markdown,
 )
 from ui import figures
-from ui.callbacks import FRAME_LABEL, LiveOutputs
+from ui.callbacks import FRAME_LABEL, LiveOutputs, refused
 
 # What the upload box takes: any video/* type, animated GIFs, and the phone and camcorder extensions
 # that Python's mime table leaves out or files as something else (.3gp as audio, .mts as a 3D model).
@@ -146,6 +146,25 @@ def now_showing() -> tuple[gr.Image, gr.Markdown]:
     return frame, status
 
 
+def setting_slider(setting: str, minimum: float, maximum: float, **kwargs: object) -> gr.Slider:
+    """A Settings slider that checks what an API call sends before Gradio compares it with the bounds
+    (which fails opaquely on a string): an error naming the setting and what it takes. The check
+    wraps this slider's own preprocess (a subclass of a Gradio component writes a .pyi stub beside
+    its module when the class is made)."""
+    slider = gr.Slider(minimum, maximum, **kwargs)
+    preprocess = slider.preprocess
+
+    def checked(payload: float) -> float:
+        number = isinstance(payload, int | float) and not isinstance(payload, bool)
+        if not number or not minimum <= payload <= maximum:
+            takes = f"takes a number from {minimum:g} to {maximum:g}"
+            raise refused(f"Invalid settings: {setting} {takes}; got {payload!r}")
+        return preprocess(payload)
+
+    slider.preprocess = checked
+    return slider
+
+
 def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
     """The Settings controls, keyed by the `StreamSettings` field each one sets, showing `s`."""
     with gr.Accordion("Settings (applied at the next Start or Reset)", open=False):
@@ -166,18 +185,26 @@ def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
                 elem_id="compare-policies",
             ),
             # The toy model's streams are 136 video tokens: its budget (34) sits far below a real model's.
-            "budget": gr.Slider(
-                min(128, s.budget), 10240, value=s.budget, step=1, label="Budget |M| (video tokens kept per layer)"
+            "budget": setting_slider(
+                "budget",
+                min(128, s.budget),
+                10240,
+                value=s.budget,
+                step=1,
+                label="Budget |M| (video tokens kept per layer)",
             ),
-            "chunk_frames": gr.Slider(1, 32, value=s.chunk_frames, step=1, label="Chunk size (frames)"),
-            "fps": gr.Slider(0.25, 4, value=s.fps, step=0.25, label="Sampling rate (frames per second)"),
+            "chunk_frames": setting_slider(
+                "chunk_frames", 1, 32, value=s.chunk_frames, step=1, label="Chunk size (frames)"
+            ),
+            "fps": setting_slider("fps", 0.25, 4, value=s.fps, step=0.25, label="Sampling rate (frames per second)"),
             "reindex": gr.Radio(
                 ["lazy", "eager"],
                 value=s.reindex,
                 label="Position re-indexing",
                 info="lazy: compact positions only when they run out · eager: after every eviction",
             ),
-            "watch_threshold": gr.Slider(
+            "watch_threshold": setting_slider(
+                "watch_threshold",
                 0.05,
                 0.95,
                 value=s.watch_threshold,

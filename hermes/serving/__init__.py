@@ -22,7 +22,7 @@ from hermes.serving.model import (
     load_model_or_fallback,
     requested_model,
 )
-from hermes.serving.registry import StreamRegistry
+from hermes.serving.registry import DEFAULT_LEASE_S, DEFAULT_MAX_PREPARING, StreamRegistry
 from hermes.serving.samples import Sample, Suggestion, bundled_samples, suggestions_markdown
 from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
@@ -33,6 +33,8 @@ __all__ = [
     "ATTENTION",
     "BUDGET",
     "COMPARE_POLICIES",
+    "DEFAULT_LEASE_S",
+    "DEFAULT_MAX_PREPARING",
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
     "HOST",

@@ -36,6 +36,7 @@ class Feed:
     def __init__(self) -> None:
         self.source: Source | None = None
         self.name: str | None = None  # the file's name, or "webcam"
+        self.duration_s: float | None = None  # a file's total length (a webcam has none)
         self.speed = "1x"
 
     @property
@@ -86,11 +87,11 @@ class Feed:
             on_frames=hooks.on_frames,
         )
 
-    def attach(self, source: Source, name: str) -> None:
-        self.source, self.name = source, name
+    def attach(self, source: Source, name: str, duration_s: float | None = None) -> None:
+        self.source, self.name, self.duration_s = source, name, duration_s
 
     def detach(self) -> None:
-        self.source = self.name = None
+        self.source = self.name = self.duration_s = None
 
     def stop(self, flush: bool) -> None:
         """End the source and wait for its thread; with `flush` the partial chunk still goes out."""

@@ -15,13 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from hermes.engine.chunk import Chunk
-from hermes.engine.metrics import memory_reading
-from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, StreamingSession, validate_question
+from hermes.engine.metrics import free_cached_memory, memory_reading
+from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, QuestionError, StreamingSession, validate_question
 from hermes.models.base import VideoLM
 from hermes.serving.answers import AnswerBatch, AnswerTicket, job_error_message
 from hermes.serving.chat import Chat
@@ -37,9 +39,31 @@ from hermes.serving.watching import Watchlist
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
 from hermes.video.decoding import VideoInfo, check_start
 
+# Questions of one stream being answered or waiting at once; more are told to wait. With the round of
+# turns on the model thread (hermes.serving.turns), this keeps one viewer from filling the answer
+# batch and Gradio's answer slots.
+MAX_QUESTIONS_IN_FLIGHT = 2
+WAIT_FOR_ANSWER = (
+    f"Wait for your previous answer: at most {MAX_QUESTIONS_IN_FLIGHT} questions of a viewer are answered at once."
+)
+# A question's length in the model's tokens: its prefill against the whole memory comes before the
+# first word of the answer, and every viewer waits for it (characters do not bound it: an emoji
+# takes several tokens of a byte-level vocabulary).
+MAX_QUESTION_TOKENS = 512
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
 # falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
 MAX_CHUNK_BACKLOG = 2
+
+
+def question_within_tokens(lm: VideoLM, question: str) -> str:
+    """`question`, unless it takes more than MAX_QUESTION_TOKENS of `lm`'s tokens: QuestionError then."""
+    tokens = int(lm.encode(question).shape[-1])
+    if tokens > MAX_QUESTION_TOKENS:
+        raise QuestionError(
+            f"The question is {tokens:,} tokens long for this model; the limit is {MAX_QUESTION_TOKENS:,} tokens. "
+            "Ask it in fewer words."
+        )
+    return question
 
 
 class LiveStream:
@@ -47,9 +71,10 @@ class LiveStream:
 
     Control methods (`start_file`, `push_frame`, `pause`, `stop`, `reset`, `ask`, `watch`,
     `close`) are called from UI threads and return at once; model work goes to the shared
-    `ModelWorker` as jobs under `key`. `admit(stream, settings)`, if given, is asked before a
-    source starts: it raises Busy to refuse, or sets `reserved_bytes`, which the stream gives back
-    (to 0) on reset and close.
+    `ModelWorker` as jobs under `key`. `admit(stream, settings)`, if given, is entered before
+    anything of a new source is decoded: it raises Busy to refuse, or sets `reserved_bytes` (which
+    the stream gives back, to 0, on reset and close) and holds the stream's slot while the source
+    is prepared inside it.
     """
 
     def __init__(
@@ -58,12 +83,12 @@ class LiveStream:
         lm: VideoLM,
         settings: StreamSettings | None = None,
         key: str = "stream",
-        admit: Callable[[LiveStream, StreamSettings], None] | None = None,
+        admit: Callable[[LiveStream, StreamSettings], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.worker = worker
         self.lm = lm
         self.key = key
-        self._admit = admit
+        self._admit = admit or (lambda stream, settings: nullcontext())
         # Every stream on this model answers in one batch: questions asked together decode together.
         self._answers = worker.batch(lm, lambda: AnswerBatch(lm))
         self._lock = threading.RLock()  # held around every move of the lifecycle and its source
@@ -82,8 +107,12 @@ class LiveStream:
 
     # -- control ----------------------------------------------------------------------------
     def touch(self) -> None:
-        """Mark the stream as in use (idle streams are reaped by the registry)."""
+        """Its viewer was heard from: renew the stream's lease (the registry closes lapsed streams)."""
         self.last_active = time.monotonic()
+
+    def tell(self, message: str) -> None:
+        """Show `message` to the viewer once, and in the status line until the next start."""
+        self._locked(self.life.inform, message)
 
     def reset(self, settings: StreamSettings | None = None) -> None:
         """Stop the source and start over with fresh memories, chat and plots. `settings` (default:
@@ -94,7 +123,8 @@ class LiveStream:
 
     def adopt(self, session: StreamingSession, settings: StreamSettings) -> None:
         """Start over holding `session` (a memory loaded from a file, for `settings`); Busy if admission refuses."""
-        self._begin(settings, session)
+        with self._admit(self, settings):
+            self._reset(settings, session)
 
     def _reset(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
         self.feed.stop(flush=False)
@@ -117,13 +147,15 @@ class LiveStream:
     def start_file(self, path: str | Path, speed: str = "1x", settings: StreamSettings | None = None) -> VideoInfo:
         """Start streaming a video file from its beginning into fresh memories. VideoError (with
         the file name) at once for a file whose first frames cannot be decoded; Busy when admission
-        refuses."""
+        refuses, before anything is decoded."""
         settings = settings or self.settings
-        info = check_start(path, settings.fps)
-        self.feed.set_speed(speed)
-        gen = self._begin(settings)
-        source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
-        self._start_source(gen, source, info.name, source.start)
+        with self._admit(self, settings):
+            info = check_start(path, settings.fps)
+            self.feed.set_speed(speed)
+            gen = self._reset(settings)
+            source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
+            self._start_source(gen, source, info.name, info.duration)
+        self.touch()  # the lease counts from the start's end: preparing it may take a while
         return info
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
@@ -134,8 +166,9 @@ class LiveStream:
         # Gradio runs one stream event per session at a time, so this check does not race.
         if self.feed.webcam is None and not self.life.state.takes_frames:
             settings = settings or self.settings
-            gen = self._begin(settings)
-            self._start_source(gen, self.feed.camera(settings, self._hooks(gen)), "webcam")
+            with self._admit(self, settings):
+                gen = self._reset(settings)
+                self._start_source(gen, self.feed.camera(settings, self._hooks(gen)), "webcam")
         if (webcam := self.feed.webcam) is not None:
             webcam.push(image, t)
 
@@ -167,25 +200,22 @@ class LiveStream:
             self.chat.clear(self.life.generation)
         self.reserved_bytes = self.reserved_host_bytes = 0
         self.worker.cancel(self.key)
-        self.worker.submit(self._memories.drop, Priority.CONTROL, self.key)
+        # The caches freed, their pages go back to the system (else they stay in the process's RSS).
+        self.worker.submit(lambda: (self._memories.drop(), free_cached_memory()), Priority.CONTROL, self.key)
 
     def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> AnswerTicket:
         """Queue a question ahead of pending chunks; read the answer from the ticket's events().
-        QuestionError at once for an empty or over-long question."""
-        q = validate_question(question)
-        with self._lock:
+        QuestionError at once for an empty question, one over MAX_QUESTION_TOKENS of the model's
+        tokens, or one more than MAX_QUESTIONS_IN_FLIGHT of this stream's."""
+        q = question_within_tokens(self.lm, validate_question(question))
+        with self._lock:  # checked and queued together: two questions at once cannot both pass
             self._check_open()
-            gen = self.life.generation
+            if self.worker.backlog(self.key, Priority.QUESTION) >= MAX_QUESTIONS_IN_FLIGHT:
+                raise QuestionError(WAIT_FOR_ANSWER)
+            ticket = AnswerTicket(q, self.life.generation)
+            answer = partial(self._memories.answer, ticket.generation, ticket, max_new_tokens)
+            self.worker.submit(answer, Priority.QUESTION, self.key, ticket.fail_job, self._answers)
         self.touch()
-        ticket = AnswerTicket(q, gen)
-
-        self.worker.submit(
-            lambda: self._memories.answer(gen, ticket, max_new_tokens),
-            Priority.QUESTION,
-            self.key,
-            ticket.fail_job,
-            self._answers,
-        )
         return ticket
 
     def watch(self, question: str) -> list[str]:
@@ -234,13 +264,6 @@ class LiveStream:
         if self.closed:
             raise RuntimeError("this stream was closed (its tab went away)")
 
-    def _begin(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
-        """Admit a new source (or `loaded` memory) with `settings` (Busy if admission refuses) and
-        reset the stream for it; the new generation."""
-        if self._admit is not None:
-            self._admit(self, settings)
-        return self._reset(settings, loaded)
-
     def _hooks(self, gen: int) -> FeedHooks:
         """What the source of generation `gen` reports to, and asks of, the stream."""
         return FeedHooks(
@@ -253,15 +276,15 @@ class LiveStream:
             on_frames=lambda: self._locked(self.life.frames_again, gen),
         )
 
-    def _start_source(self, gen: int, source: Source, name: str, start: Callable[[], None] = lambda: None) -> None:
+    def _start_source(self, gen: int, source: Source, name: str, duration_s: float | None = None) -> None:
         """`source` becomes the source of generation `gen` and is started, unless a reset came first."""
         with self._lock:
             if not self.life.current(gen):
                 source.stop(flush=False)
                 return
-            self.feed.attach(source, name)
+            self.feed.attach(source, name, duration_s)
             self.life.state = StreamState.STREAMING
-            start()
+            source.start()
 
     def _hand_to_memories(self, watching: list[str]) -> list[str]:
         """Give the memories the standing questions (on the model thread); `watching` back."""

@@ -127,12 +127,12 @@ class MemoryFiles:
             raise RuntimeError("no memory loaded from a file to go on from: start the video afresh")
         gen, start, first = self._loaded
         stream, settings = self.stream, self.stream.settings
-        info = check_start(path, settings.fps)
-        if stream._admit is not None:  # a running stream counts against the server's limit
-            stream._admit(stream, settings)
-        stream.feed.set_speed(speed)
-        source = stream.feed.file(Path(path), settings, stream._hooks(gen), f"read-{stream.key}", start, first)
-        stream._start_source(gen, source, info.name, source.start)
+        with stream._admit(stream, settings):  # a running stream counts against the server's limit
+            info = check_start(path, settings.fps)
+            stream.feed.set_speed(speed)
+            source = stream.feed.file(Path(path), settings, stream._hooks(gen), f"read-{stream.key}", start, first)
+            stream._start_source(gen, source, info.name, info.duration)
+        stream.touch()
         return info
 
     def keep(self, checkpointer: Checkpointer | None) -> None:

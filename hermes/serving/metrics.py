@@ -26,6 +26,7 @@ def _numbers(view: LiveView, status: StreamStatus, reading: MemoryReading, lm: V
         "random_weights": lm.random_weights,
         "state": status.state,
         "source": status.source,
+        "duration_s": status.duration_s,  # the file's total length (None for a webcam)
         "speed": status.speed,
         "error": status.error,
         "note": status.note,

@@ -59,17 +59,15 @@ class StreamSettings:
 
     @classmethod
     def from_controls(cls, **controls: Any) -> StreamSettings:
-        """The settings of a form whose controls are named as the fields, each value as its control
-        holds it (a slider's float for a whole number, a list for a tuple) taking its field's type."""
+        """The settings of a form (or an API call) whose controls are named as the fields, each value
+        as its control holds it (a slider's float for a whole number, a list for a tuple), parsed
+        strictly into its field's type: ValueError naming the field and what it takes otherwise
+        ("false" is no boolean, "hermes" no list of policies, "abc" no number)."""
         unknown = sorted(set(controls) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"no such setting: {', '.join(unknown)}")
-        typed = {}
-        for f in fields(cls):
-            if f.name in controls:
-                value = controls[f.name]
-                typed[f.name] = value if f.default is None or value is None else type(f.default)(value)
-        return cls(**typed)
+        given = [f for f in fields(cls) if f.name in controls]
+        return cls(**{f.name: _parsed(f.name, str(f.type), controls[f.name]) for f in given})
 
     @property
     def policies(self) -> tuple[PolicySpec, ...]:
@@ -86,6 +84,31 @@ class StreamSettings:
             reindex=self.reindex,
             max_positions=self.max_positions,
         )
+
+
+def _parsed(name: str, kind: str, value: Any) -> Any:
+    """`value` as the field `name` of type `kind` (its annotation) takes it, or ValueError saying what it takes."""
+    if value is None and ("None" in kind or kind.startswith("tuple")):
+        return value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind.startswith("int") and number and float(value).is_integer():
+        return int(value)
+    if kind.startswith("float") and number:
+        return float(value)
+    if kind == "str" and isinstance(value, str):
+        return value
+    if kind.startswith("tuple") and isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    takes = {
+        "bool": "true or false",
+        "int": "a whole number",
+        "float": "a number",
+        "str": "one name (a string)",
+        "tuple": 'a list of names, e.g. ["hermes", "fifo"]',
+    }
+    raise ValueError(f"{name} takes {takes[kind.split('[')[0].split(' ')[0]]}; got {value!r}")
 
 
 def layer_tiers(lm: VideoLM, settings: StreamSettings) -> tuple[Tier, ...]:

@@ -36,6 +36,8 @@ class Source(Protocol):
     dropped_frames: int
     skipped: list[Skipped]  # frames of a file that could not be decoded (a webcam's list stays empty)
 
+    def start(self) -> None: ...
+
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
@@ -264,6 +266,9 @@ class WebcamSource:
         self._silent = False
         self.thread = threading.Thread(target=self._listen, name="webcam-silence", daemon=True)
         self.thread.start()
+
+    def start(self) -> None:
+        """Nothing to start: frames come in as they are pushed."""
 
     def position_s(self) -> float | None:
         """The stream time of the newest frame the camera sent (its clock starts at the first)."""

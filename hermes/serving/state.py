@@ -125,6 +125,12 @@ class Lifecycle:
         del self.notices[:-NOTICES_KEPT]
         return True
 
+    def inform(self, message: str) -> None:
+        """A note for the viewer that is no error (shown once, and in the status line until a restart)."""
+        self.note = message
+        self.notices.append(message)
+        del self.notices[:-NOTICES_KEPT]
+
     def close(self) -> None:
         self.generation += 1  # an answer being decoded stops at its next token
         self.state = StreamState.CLOSED

@@ -211,6 +211,7 @@ class StreamStatus:
     skipped: str | None = None
     # Where in the video a viewer would be now, at the source's pace (None: unpaced or not started).
     position_s: float | None = None
+    duration_s: float | None = None  # a file's total length (None: a webcam, or no source)
 
 
 def stream_status(life: Lifecycle, fed_by: Feed, queued: int) -> StreamStatus:
@@ -233,6 +234,7 @@ def stream_status(life: Lifecycle, fed_by: Feed, queued: int) -> StreamStatus:
         skipped_frames=sum(s.frames for s in skips),
         skipped=skipped_summary(skips),
         position_s=feed.position_s() if feed is not None and state is StreamState.STREAMING else None,
+        duration_s=fed_by.duration_s,
     )
 
 

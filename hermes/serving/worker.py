@@ -1,20 +1,19 @@
 """The background thread that owns the model: one job queue, one job (or one batch) at a time.
 
 One `ModelWorker` thread makes every model call of the app: chunk prefills and compressions,
-building memories, and questions. Questions go ahead of queued chunks, so that a question waits
-for at most the chunk in flight. Jobs submitted to a `Batch` (questions: `hermes.serving.answers`)
-run together: the first one's turn takes every queued job of that batch along, and the batch
-steps until all of them are done, taking in the jobs of that batch that arrive meanwhile at its
-next step (unless a control job is waiting: then it finishes what it holds and lets that run). A
-job that raises (out of memory included) is reported to its owner and the thread carries on with
-the others. The streams it serves live in `hermes.serving.live`, the registry of all viewers'
-streams with admission control in `hermes.serving.registry`.
+building memories, and questions. Whose turn it is comes from `hermes.serving.turns`: control jobs
+first, then every stream's chunks and the answer batch round-robin, so that no viewer starves
+another. Jobs submitted to a `Batch` (questions: `hermes.serving.answers`) run together: the
+batch's turn takes every queued job of that batch along and steps all of them, taking in the jobs
+of that batch that arrive meanwhile at its next step, for STEPS_PER_TURN steps while others wait
+(unless a control job is waiting: then it finishes what it holds, takes nothing more in, and
+lets that run). A job that raises (out of memory included) is reported to its owner and the
+thread carries on with the others. The streams it serves live in `hermes.serving.live`, the
+registry of all viewers' streams with admission control in `hermes.serving.registry`.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 import time
@@ -26,12 +25,18 @@ from typing import Protocol
 import torch
 
 from hermes.engine.metrics import free_cached_memory
+from hermes.serving.turns import Turns
 
 log = logging.getLogger(__name__)
 
+# Steps (answer tokens, for every question in the batch) an answer batch takes per turn while other
+# participants wait: about the time of one chunk's prefill on the small models.
+STEPS_PER_TURN = 8
+
 
 class Priority(IntEnum):
-    """Job order in the worker queue: lower runs first; FIFO within a priority."""
+    """Job order within a stream's turn (control jobs go before anyone's turn): lower runs first;
+    FIFO within a priority."""
 
     CONTROL = 0  # build or drop a stream's memories: before that stream's other jobs
     QUESTION = 1  # ahead of queued chunks
@@ -90,8 +95,7 @@ class ModelWorker:
         self.name = name
         self.errors = 0
         self.largest_batch = 0  # the most jobs a batch has held at once
-        self._heap: list[tuple[int, int, Job]] = []
-        self._seq = itertools.count()
+        self._turns = Turns(Priority.CONTROL)
         self._cond = threading.Condition()
         self._running: list[Job] = []
         self._batches: dict[object, Batch] = {}
@@ -113,7 +117,8 @@ class ModelWorker:
         on_error: Callable[[BaseException], None] | None = None,
         batch: Batch | None = None,
     ) -> Job:
-        """Queue `fn`; it runs on the model thread after every job of a lower priority value.
+        """Queue `fn`; it runs on the model thread in its owner's turn (a control job: first), after
+        the owner's jobs of a lower priority value.
 
         With `batch`, the job joins that batch when its turn comes, together with the batch's other
         queued jobs, and is done when the batch says so."""
@@ -121,7 +126,7 @@ class ModelWorker:
         with self._cond:
             if self._stopped:
                 raise RuntimeError("the model worker has been stopped")
-            heapq.heappush(self._heap, (job.priority, next(self._seq), job))
+            self._turns.push(job)
             if self._thread is None or not self._thread.is_alive():
                 # First job, or (defensively) a thread that died: start a fresh one.
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -132,10 +137,8 @@ class ModelWorker:
     def cancel(self, owner: str) -> int:
         """Drop the queued (not yet running) jobs of `owner`; returns how many."""
         with self._cond:
-            dropped = [job for _, _, job in self._heap if job.owner == owner]
+            dropped = self._turns.remove(lambda job: job.owner == owner)
             if dropped:
-                self._heap = [entry for entry in self._heap if entry[2].owner != owner]
-                heapq.heapify(self._heap)
                 self._cond.notify_all()
         for job in dropped:
             self._report(job, JobCancelled())
@@ -148,7 +151,7 @@ class ModelWorker:
             return self._backlog(owner, priority)
 
     def _backlog(self, owner: str, priority: Priority | None) -> int:
-        jobs = [job for _, _, job in self._heap] + self._running
+        jobs = [*self._turns.jobs(), *self._running]
         return sum(1 for j in jobs if j.owner == owner and (priority is None or j.priority == priority))
 
     def wait_backlog(self, owner: str, priority: Priority | None, below: int, timeout: float) -> bool:
@@ -162,7 +165,7 @@ class ModelWorker:
 
             def idle() -> bool:
                 if owner is None:
-                    return not self._heap and not self._running
+                    return not self._turns and not self._running
                 return self._backlog(owner, None) == 0
 
             return self._cond.wait_for(idle, timeout)
@@ -175,8 +178,7 @@ class ModelWorker:
         """Drop queued jobs, let the running one finish, and end the thread."""
         with self._cond:
             self._stopped = True
-            dropped = [job for _, _, job in self._heap]
-            self._heap = []
+            dropped = self._turns.remove(lambda job: True)
             self._cond.notify_all()
         for job in dropped:
             self._report(job, JobCancelled())
@@ -187,43 +189,38 @@ class ModelWorker:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._heap or self._stopped)
-                if not self._heap:
+                self._cond.wait_for(lambda: self._turns or self._stopped)
+                turn = self._turns.next()
+                if turn is None:
                     return
-                job = heapq.heappop(self._heap)[2]
-                self._start(job)
-            if job.batch is not None:
-                self._run_batch(job)
+                if isinstance(turn, Job):
+                    self._start(turn)
+            if not isinstance(turn, Job):
+                self._batch_turn(turn)
                 continue
             oom = False
             try:
-                job.fn()
+                turn.fn()
             except Exception as exc:  # MemoryError and torch's OutOfMemoryError included
-                oom = self._failed([job], exc)
+                oom = self._failed([turn], exc)
             finally:
-                self._finish(job)
+                self._finish(turn)
             if oom:
                 # Outside the except block the traceback (and the tensors its frames hold) is gone,
                 # so this really frees what the failed job allocated before the next job runs.
                 free_cached_memory()
 
-    def _run_batch(self, first: Job) -> None:
-        """Step `first`'s batch until it holds nothing, taking in its jobs as they arrive."""
-        batch = first.batch
+    def _batch_turn(self, batch: Batch) -> None:
+        """Step `batch`, taking in its jobs as they arrive, until it holds nothing or, after
+        STEPS_PER_TURN steps, another participant waits; then hand the turn on."""
         with self._cond:
-            joining = [first, *self._take(batch)]
+            joining = self._take(batch)
+        steps = 0
         while joining or len(batch):
-            oom = False
-            for job in joining:
-                try:
-                    running = batch.join(job)
-                except Exception as exc:
-                    oom = self._failed([job], exc) or oom
-                    running = False
-                if not running:
-                    self._finish(job)
+            oom = self._join(batch, joining)
             self.largest_batch = max(self.largest_batch, len(batch))
             if len(batch):
+                steps += 1
                 try:
                     finished = batch.step()
                 except Exception as exc:
@@ -235,18 +232,33 @@ class ModelWorker:
                 free_cached_memory()
             with self._cond:
                 # A waiting control job (a reset, a closed tab) stops the batch from taking more in.
-                control = any(job.priority == Priority.CONTROL for _, _, job in self._heap)
+                control = self._turns.control_waiting()
+                if not control and steps >= STEPS_PER_TURN and self._turns.others_waiting():
+                    break  # the questions that came meanwhile join at the batch's next turn
                 joining = [] if control else self._take(batch)
+        with self._cond:
+            self._turns.release(batch, answering=len(batch) > 0)
+            self._cond.notify_all()
+
+    def _join(self, batch: Batch, joining: list[Job]) -> bool:
+        """Let `joining` into `batch` (a job with nothing to do is done at once); whether one ran out of memory."""
+        oom = False
+        for job in joining:
+            try:
+                running = batch.join(job)
+            except Exception as exc:
+                oom = self._failed([job], exc) or oom
+                running = False
+            if not running:
+                self._finish(job)
+        return oom
 
     def _take(self, batch: Batch) -> list[Job]:
-        """Pop the queued jobs of `batch`, in queue order, as started (lock held)."""
-        taken = sorted(entry for entry in self._heap if entry[2].batch is batch)
-        if taken:
-            self._heap = [entry for entry in self._heap if entry[2].batch is not batch]
-            heapq.heapify(self._heap)
-        for _, _, job in taken:
+        """Take the queued jobs of `batch`, in queue order, as started (lock held)."""
+        taken = self._turns.take(batch)
+        for job in taken:
             self._start(job)
-        return [job for _, _, job in taken]
+        return taken
 
     def _start(self, job: Job) -> None:
         """The job is running from now (lock held)."""

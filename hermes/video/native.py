@@ -146,6 +146,21 @@ def codec_name(path: Path) -> str | None:
     return name or None
 
 
+def frame_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) of the file's first video stream as its header gives them, read by ffprobe
+    without decoding a frame (None without ffprobe, or when the header does not say)."""
+    exe = ffmpeg_tool("ffprobe")
+    if exe is None:
+        return None
+    cmd = [exe, "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=width,height", "-of", "json"]
+    try:
+        out = subprocess.run([*cmd, str(path)], capture_output=True, text=True, timeout=30)
+        stream = json.loads(out.stdout)["streams"][0]
+        return int(stream["width"]), int(stream["height"])
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def remux(path: Path) -> Path | None:
     """Copy the first video stream of `path`, untouched, into a new Matroska file, whose header
     ffmpeg writes whole (duration, index). Browser recordings (MediaRecorder's WebM has no
