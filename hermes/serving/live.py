@@ -28,6 +28,7 @@ from hermes.serving.chat import Chat
 from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.memories import StreamMemories
 from hermes.serving.metrics import metrics_of
+from hermes.serving.network import opened
 from hermes.serving.settings import StreamSettings
 from hermes.serving.sources import Source
 from hermes.serving.state import Lifecycle, StreamState
@@ -35,10 +36,16 @@ from hermes.serving.view import LiveView, StreamStatus, stream_status
 from hermes.serving.watching import Watchlist
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
 from hermes.video.decoding import VideoInfo, check_start
+from hermes.video.urls import UrlPolicy
 
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
 # falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
 MAX_CHUNK_BACKLOG = 2
+
+
+def dropped_note(reason: str) -> str:
+    """What the viewer is told when a network stream drops."""
+    return f"The stream dropped ({reason}); reconnecting. The memory and the chat are kept."
 
 
 class LiveStream:
@@ -116,9 +123,24 @@ class LiveStream:
         info = check_start(path, settings.fps)
         self.feed.set_speed(speed)
         gen = self._begin(settings)
-        source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
+        source = self.feed.file(Path(path), settings, source_hooks(self, gen), f"read-{self.key}")
         self._start_source(gen, source, info.name, source.start)
         return info
+
+    def start_url(self, url: str, urls: UrlPolicy, settings: StreamSettings | None = None, **reader: object) -> str:
+        """Start a network stream into fresh memories; its URL as shown. UrlRefused, or StreamError within
+        seconds, when it cannot be opened (a running stream goes on untouched); Busy when admission
+        refuses. `reader`: the `NetworkReader`'s options (its timeouts)."""
+        settings = settings or self.settings
+        stream = opened(urls.check(url), settings.fps, f"decode-{self.key}", **reader)
+        try:
+            gen = self._begin(settings)
+        except BaseException:
+            stream.stop()
+            raise
+        source = self.feed.stream(stream, settings, source_hooks(self, gen), f"read-{self.key}")
+        self._start_source(gen, source, stream.name, source.start)
+        return stream.name
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
         """Feed one webcam frame. Unless a file is playing or a webcam stream exists (running or
@@ -129,7 +151,7 @@ class LiveStream:
         if self.feed.webcam is None and not self.life.state.takes_frames:
             settings = settings or self.settings
             gen = self._begin(settings)
-            self._start_source(gen, self.feed.camera(settings, self._hooks(gen)), "webcam")
+            self._start_source(gen, self.feed.camera(settings, source_hooks(self, gen)), "webcam")
         if (webcam := self.feed.webcam) is not None:
             webcam.push(image, t)
 
@@ -234,18 +256,6 @@ class LiveStream:
             self._admit(self, settings)
         return self._reset(settings)
 
-    def _hooks(self, gen: int) -> FeedHooks:
-        """What the source of generation `gen` reports to, and asks of, the stream."""
-        return FeedHooks(
-            on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
-            wait_room=lambda timeout: self.worker.wait_backlog(self.key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
-            has_room=lambda: self.worker.backlog(self.key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
-            on_end=lambda: self._locked(self.life.end, gen),
-            on_error=lambda message: self.halt(gen, StreamState.ERROR, message, error=True),
-            on_silence=lambda: self._locked(self.life.silence, gen),
-            on_frames=lambda: self._locked(self.life.frames_again, gen),
-        )
-
     def _start_source(self, gen: int, source: Source, name: str, start: Callable[[], None] = lambda: None) -> None:
         """`source` becomes the source of generation `gen` and is started, unless a reset came first."""
         with self._lock:
@@ -284,7 +294,7 @@ class LiveStream:
     # -- internals: jobs for the model thread ----------------------------------------------------
     def _submit_chunk(self, gen: int, chunk: Chunk) -> None:
         self.worker.submit(
-            lambda: self._memories.ingest(gen, chunk),
+            lambda: self._memories.ingest(gen, chunk, landed=self.feed.landed),
             Priority.CHUNK,
             self.key,
             lambda exc: self._on_job_error(gen, exc),
@@ -295,3 +305,20 @@ class LiveStream:
         if not isinstance(exc, JobCancelled):
             message = job_error_message(exc, "on this stream", " Press Reset to start over.")
             self.halt(gen, StreamState.ERROR, message, error=True, memory_failed=True)
+
+
+def source_hooks(stream: LiveStream, gen: int) -> FeedHooks:
+    """What the source of generation `gen` of `stream` reports to, and asks of, the stream (the stream's
+    own internals: a function beside the class, so that the class holds the controls)."""
+    worker, key, life, locked = stream.worker, stream.key, stream.life, stream._locked
+    return FeedHooks(
+        on_chunk=lambda chunk: stream._submit_chunk(gen, chunk),
+        wait_room=lambda timeout: worker.wait_backlog(key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
+        has_room=lambda: worker.backlog(key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
+        on_end=lambda: locked(life.end, gen),
+        on_error=lambda message: stream.halt(gen, StreamState.ERROR, message, error=True),
+        on_silence=lambda: locked(life.silence, gen),
+        on_frames=lambda: locked(life.frames_again, gen),
+        on_drop=lambda reason: locked(life.lost, gen, dropped_note(reason)),
+        on_back=lambda: locked(life.back, gen),
+    )

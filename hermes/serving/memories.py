@@ -78,9 +78,10 @@ class StreamMemories:
         life.ready(generation)
         self.stream.publish(generation, lambda view: view.next(snapshots=self.snapshots(), budget_bytes=budget_bytes))
 
-    def ingest(self, generation: int, chunk: Chunk) -> None:
+    def ingest(self, generation: int, chunk: Chunk, landed: Callable[[Chunk], None] = lambda chunk: None) -> None:
         """Every memory takes `chunk`, unless it is of an older generation, the memories failed, or
-        a full cache is at its bound; the view published after it carries the alerts that fired."""
+        a full cache is at its bound; the view published after it carries the alerts that fired.
+        `landed(chunk)` is told once the chunk is in memory (a network source measures its latency)."""
         life = self.stream.life
         if not life.current(generation) or life.memory_failed or not self.takes(generation):
             return
@@ -89,6 +90,7 @@ class StreamMemories:
         except StreamBound as bound:  # a chunk longer than the last one passed rekv's bound after all
             self._stop_at_bound(generation, str(bound))
             return
+        landed(chunk)
         wall_s = time.monotonic() - life.started
         reading = memory_reading(self.lm.device)
         snapshots = self.snapshots()

@@ -21,6 +21,7 @@ from hermes.engine.watch import MAX_STANDING, WatchCheck
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.serving.answers import AnswerEvent
 from hermes.serving.feed import Feed
+from hermes.serving.network import NetworkNumbers
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle, StreamState
 from hermes.video.errors import skipped_summary
@@ -211,6 +212,7 @@ class StreamStatus:
     skipped: str | None = None
     # Where in the video a viewer would be now, at the source's pace (None: unpaced or not started).
     position_s: float | None = None
+    network: NetworkNumbers | None = None  # a network stream's link, skips and latency
 
 
 def stream_status(life: Lifecycle, fed_by: Feed, queued: int) -> StreamStatus:
@@ -233,6 +235,7 @@ def stream_status(life: Lifecycle, fed_by: Feed, queued: int) -> StreamStatus:
         skipped_frames=sum(s.frames for s in skips),
         skipped=skipped_summary(skips),
         position_s=feed.position_s() if feed is not None and state is StreamState.STREAMING else None,
+        network=fed_by.network.numbers() if fed_by.network is not None else None,
     )
 
 

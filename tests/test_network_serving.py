@@ -1,0 +1,160 @@
+"""A viewer's live stream fed by a real network stream on loopback (RTSP from GStreamer's server, live
+HLS from FFmpeg over HTTP) into the tiny model: answers, a budget held, drops and reconnects with
+the memory kept, a slow model skipping to the live edge, and one clear error for what cannot open."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from hermes.serving.live import LiveStream
+from hermes.serving.settings import StreamSettings
+from hermes.serving.state import StreamState
+from hermes.serving.worker import Priority
+from hermes.video.network import StreamError
+from hermes.video.urls import UrlPolicy, UrlRefused
+from tests.helpers import assert_same_memory, memory_state, wait_for
+from tests.network_servers import free_port, http_folder, live_hls, rtsp_server
+
+pytestmark = pytest.mark.timeout(180)
+
+# A chunk a second (2 frames at 2 fps); the budget fills after a few chunks.
+LIVE = StreamSettings(budget=200, chunk_frames=2, fps=2.0)
+LOOPBACK = UrlPolicy.parse("127.0.0.1")
+
+
+@pytest.fixture
+def stream(worker, llava_lm):
+    s = LiveStream(worker, llava_lm, LIVE, key="net")
+    yield s
+    s.close()
+
+
+def chunks_reach(stream: LiveStream, n: int, timeout: float = 60) -> bool:
+    return wait_for(lambda: stream.view().chunks >= n, timeout)
+
+
+def cache_bytes(stream: LiveStream) -> int:
+    return stream.view().snapshots["hermes"].cache_bytes
+
+
+def answered(stream: LiveStream, question: str) -> str:
+    events = list(stream.ask(question, max_new_tokens=4).events())
+    assert events and all(e.error is None for e in events) and events[-1].done
+    return events[-1].update.text
+
+
+@pytest.mark.parametrize("kind", ["rtsp", "hls"])
+def test_a_network_stream_is_answered_from_a_memory_held_at_its_budget(stream, kind, tmp_path):
+    server = rtsp_server() if kind == "rtsp" else live_hls(tmp_path / "hls")
+    with server as served:
+        url = served.url if kind == "rtsp" else served
+        assert stream.start_url(url, LOOPBACK) == url
+        assert stream.status().state is StreamState.STREAMING
+        assert chunks_reach(stream, 8)
+        held = cache_bytes(stream)
+        assert chunks_reach(stream, 11)
+        answered(stream, "What is moving?")
+        stream.stop()
+    view = stream.view()
+    assert cache_bytes(stream) == held  # the budget holds: the cache stays the same size
+    assert all((layer.stream_ids >= 0).sum() <= LIVE.budget + 1 for layer in view.snapshots["hermes"].layers)
+    times = [r.stream_time_s for r in view.history]
+    assert times == sorted(times) and times[-1] >= 10 * LIVE.chunk_frames / LIVE.fps - 1
+    metrics = stream.metrics()
+    json.dumps(metrics)
+    assert metrics["network"]["url"] == url and metrics["network"]["latency_s"] >= 0
+
+
+def test_a_dropped_stream_keeps_its_memory_and_goes_on_when_the_server_returns(stream, worker):
+    with rtsp_server() as server:
+        stream.start_url(server.url, LOOPBACK, backoff_s=(0.2, 0.5))
+        assert chunks_reach(stream, 3)
+        server.stop()
+        assert wait_for(lambda: stream.status().state is StreamState.RECONNECTING, 20)
+        assert any("dropped" in n for n in stream.pop_notices())
+        assert worker.wait_idle(stream.key, 30)  # the last chunks before the drop are in
+        session = stream._memories.sessions["hermes"]
+        before, chunks = memory_state(session.memory), stream.view().chunks
+        threading.Event().wait(2.0)  # down for a while: the memory waits, untouched
+        assert_same_memory(before, session.memory)
+        assert stream.view().chunks == chunks and stream.status().state is StreamState.RECONNECTING
+        answered(stream, "What did you see?")  # questions still work meanwhile
+        server.start()
+        assert wait_for(lambda: stream.status().state is StreamState.STREAMING, 30)
+        assert chunks_reach(stream, chunks + 2)
+        assert any("back" in n for n in stream.pop_notices())
+    gap_end = stream.view().history[chunks - 1].stream_time_s + 2.0
+    assert stream.view().history[chunks].stream_time_s >= gap_end  # stream time went on across the gap
+    numbers = stream.status().network
+    assert numbers.reconnects >= 1 and len(numbers.gaps) == 1 and "dropped at" in numbers.gaps[0]
+
+
+def test_stop_ends_a_stream_at_once_even_while_it_reconnects(stream):
+    with rtsp_server() as server:
+        stream.start_url(server.url, LOOPBACK, backoff_s=(30.0,))
+        assert chunks_reach(stream, 1)
+        server.stop()
+        assert wait_for(lambda: stream.status().state is StreamState.RECONNECTING, 20)
+        source = stream.feed.network
+        stream.stop()  # in the middle of a 30 s wait before the next attempt
+        assert stream.status().state in (StreamState.STOPPED, StreamState.FINISHING)
+        source.reader.join(5)
+        assert not source.thread.is_alive() and not source.reader.thread.is_alive()
+
+
+def test_a_slow_model_skips_to_the_live_edge(stream, worker):
+    with rtsp_server() as server:
+        stream.start_url(server.url, LOOPBACK)
+        assert chunks_reach(stream, 1)
+        gate = threading.Event()
+        worker.submit(lambda: gate.wait(30), Priority.CHUNK, stream.key)  # the model is busy for 8 s
+        threading.Event().wait(8.0)
+        gate.set()
+        seen = stream.view().chunks
+        assert chunks_reach(stream, seen + 4)
+        status, view = stream.status(), stream.view()
+    assert status.network.skipped_s >= 3.0 and status.dropped_frames >= 6
+    # The model's picture is never further behind the live edge than the frames a source may hold:
+    # two chunks queued, one being cut, and the reader's queue.
+    bound = (2 + 1) * LIVE.chunk_frames / LIVE.fps + 4.0 + 1.0
+    assert status.position_s - view.stream_time_s <= bound
+
+
+def test_what_cannot_be_opened_gets_one_clear_error_and_the_running_stream_goes_on(stream, worker, llava_lm, tmp_path):
+    (tmp_path / "page.html").write_text("<html><body>no video here</body></html>")
+    with rtsp_server() as server, http_folder(tmp_path) as base:
+        stream.start_url(server.url, LOOPBACK)
+        assert chunks_reach(stream, 2)
+        for url, policy, error, reason in [
+            (f"rtsp://ann:s3cret@127.0.0.1:{free_port()}/cam", LOOPBACK, StreamError, "connection refused"),
+            (f"{base}/page.html", LOOPBACK, StreamError, "not a video stream"),
+            (server.url, UrlPolicy(), UrlRefused, "--allow-urls"),
+            (server.url, UrlPolicy.parse(""), UrlRefused, "private or local"),
+            ("file:///etc/passwd", LOOPBACK, UrlRefused, "scheme 'file'"),
+        ]:
+            with pytest.raises(error, match=reason) as failed:
+                stream.start_url(url, policy)
+            assert "s3cret" not in str(failed.value)
+            assert stream.status().state is StreamState.STREAMING  # the running stream goes on
+        chunks = stream.view().chunks
+        assert chunks_reach(stream, chunks + 1)
+        other = LiveStream(worker, llava_lm, LIVE, key="other")  # and the server takes other streams
+        try:
+            with pytest.raises(StreamError, match="not a video stream"):
+                other.start_url(f"{base}/page.html", LOOPBACK)
+            other.start_url(server.url, LOOPBACK)
+            assert chunks_reach(other, 1)
+        finally:
+            other.close()
+
+
+def test_credentials_never_reach_the_page_or_the_metrics(stream):
+    with rtsp_server(credentials="ann:s3cret") as server:
+        shown = stream.start_url(server.url, LOOPBACK)
+        assert chunks_reach(stream, 1)
+        status, metrics = stream.status(), json.dumps(stream.metrics())
+    assert shown == server.url.replace("ann:s3cret", "***") and status.source == shown
+    assert "s3cret" not in metrics and "ann" not in metrics
