@@ -20,11 +20,13 @@ from hermes.serving import (
     Busy,
     LiveStream,
     LiveView,
+    NetworkNumbers,
     QuestionError,
     StreamRegistry,
     StreamSettings,
     StreamState,
     StreamStatus,
+    UrlPolicy,
     VideoError,
     WatchError,
     keep_up_hint,
@@ -140,18 +142,33 @@ def behind_text(status: StreamStatus, view: LiveView, keep_up: str = KEEP_UP) ->
     )
 
 
+def network_text(n: NetworkNumbers) -> str:
+    """A network stream's line: glass-to-memory latency, what the model skipped to stay live, drops."""
+    parts = []
+    if n.latency_s is not None:
+        parts.append(f"latency {n.latency_s:.1f} s (camera to memory)")
+    if n.skipped_s >= 0.5:
+        parts.append(f"the model skipped {n.skipped_s:.0f} s of the stream to stay live")
+    if n.reconnects:
+        parts.append(
+            f"{n.reconnects} reconnect{'s' if n.reconnects > 1 else ''}" + (f", {n.gaps[-1]}" if n.gaps else "")
+        )
+    return " · ".join(parts)
+
+
 def status_text(stream: LiveStream) -> str:
     """Two short lines: what the stream is doing, and what the model has seen and kept."""
     status, view = stream.status(), stream.view()
     head = f"**{status.state.capitalize()}**"
     if status.source:
-        head += f" · {status.source}" + (f" · {status.speed}" if status.source != "webcam" else "")
+        paced = status.source != "webcam" and status.network is None  # a live source has no pace
+        head += f" · {status.source}" + (f" · {status.speed}" if paced else "")
     if status.state in (StreamState.IDLE, StreamState.STARTING) and not status.source:
         head += " · pick a source and press Start"
     parts = [f"{status.frames_read} frames read", f"{view.frames_seen} seen by the model ({view.stream_time_s:.0f} s)"]
     if status.queued_chunks:
         parts.append(f"{status.queued_chunks} chunk{'s' if status.queued_chunks > 1 else ''} queued")
-    if status.dropped_frames:
+    if status.dropped_frames and status.network is None:
         parts.append(f"{status.dropped_frames} webcam frames dropped (model busy)")
     for policy, kept in view.frames_in_memory.items():
         parts.append(
@@ -160,6 +177,8 @@ def status_text(stream: LiveStream) -> str:
     text = head + "  \n" + " · ".join(parts)
     if (lag := behind_text(status, view, keep_up_hint(stream.lm.source, stream.lm.device.type))) is not None:
         text += f"  \n🐢 {lag}"
+    if status.network is not None and (live := network_text(status.network)):
+        text += f"  \n📡 {live}"
     if status.skipped:
         text += f"  \n⚠️ {status.skipped}"
     if status.error:
@@ -172,8 +191,9 @@ def status_text(stream: LiveStream) -> str:
 class Callbacks:
     """The app's event handlers, bound to one registry of live streams."""
 
-    def __init__(self, registry: StreamRegistry) -> None:
+    def __init__(self, registry: StreamRegistry, urls: UrlPolicy | None = None) -> None:
         self.registry = registry
+        self.urls = urls or UrlPolicy()  # the network streams viewers may open (default: none)
         self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
         self.gpu = registry.lm.device.type == "cuda"
         # Per stream: the view version and status text last sent by the timer (gone with the stream).
@@ -208,6 +228,17 @@ class Callbacks:
         stream = self._stream(request)
         try:
             stream.start_file(path, speed=speed, settings=settings)
+        except (VideoError, Busy, ValueError) as exc:
+            raise gr.Error(str(exc)) from exc
+        return status_text(stream), [], "Pause"
+
+    def start_url(self, url: str, request: gr.Request, **settings: object) -> tuple[str, list, str]:
+        """Watch a network stream (RTSP, RTMP, SRT, HLS, MJPEG, MP4 over HTTP) in fresh memories with
+        `settings`, if this server allows its URL; returns the status line. A stream that does not open
+        says why within seconds, and a running stream goes on meanwhile."""
+        stream = self._stream(request)
+        try:
+            stream.start_url(url or "", self.urls, settings_from(settings))
         except (VideoError, Busy, ValueError) as exc:
             raise gr.Error(str(exc)) from exc
         return status_text(stream), [], "Pause"

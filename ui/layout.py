@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from hermes.serving import StreamRegistry, StreamSettings, Tier, VideoLM, layer_tiers
+from hermes.serving import StreamRegistry, StreamSettings, Tier, UrlPolicy, VideoLM, layer_tiers
 from ui import panels
 from ui.callbacks import Callbacks
 
@@ -70,13 +70,15 @@ def build_app(
     load_error: str | None = None,
     max_streams: int = 4,
     memory_cap_bytes: int | None = None,
+    urls: UrlPolicy | None = None,
 ) -> gr.Blocks:
     """The Blocks app. Pass `registry` to keep a handle on the viewers' streams (tests shut it down);
-    otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry)."""
+    otherwise one is made with `max_streams` and `memory_cap_bytes` (see StreamRegistry). `urls`: the
+    network streams viewers may open (default: none)."""
     if registry is None:
         registry = StreamRegistry(lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes)
     s = registry.settings
-    cb = Callbacks(registry)
+    cb = Callbacks(registry, urls or UrlPolicy())
     banner = random_weights_banner(lm, load_error)
 
     # Gradio keeps files it serves (frames shown) in its cache: clear them every 10 min, after 30.
@@ -91,7 +93,7 @@ def build_app(
             gr.HTML(banner)
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=340):
-                source = panels.sources()
+                source = panels.sources(cb.urls)
                 frame, status = panels.now_showing()
                 controls = panels.settings_controls(s)
             with gr.Column(scale=7, min_width=400):
@@ -122,6 +124,7 @@ def _wire(
     source.start_upload.click(
         cb.start_file, [source.upload, source.speed], started, api_name="start_file", **settings, **quick
     )
+    source.start_url.click(cb.start_url, source.url, started, api_name="start_url", **settings, **quick)
     source.pause.click(cb.pause, None, [cb.live.status, source.pause], api_name="pause", **quick)
     source.stop.click(cb.stop, None, cb.live.status, api_name="stop", **quick)
     source.reset.click(cb.reset, None, started, api_name="reset", **settings, **quick)

@@ -20,11 +20,14 @@ from hermes.serving.model import (
     load_model_or_fallback,
     requested_model,
 )
+from hermes.serving.network import NetworkNumbers
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
+from hermes.video.network import StreamError
+from hermes.video.urls import LIVE_SCHEMES, UrlPolicy, UrlRefused
 
 __all__ = [
     "ATTENTION",
@@ -33,6 +36,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
     "HOST",
+    "LIVE_SCHEMES",
     "MAX_COMPARED",
     "MAX_STANDING",
     "SPEEDS",
@@ -47,13 +51,17 @@ __all__ = [
     "LiveStream",
     "LiveView",
     "MemorySnapshot",
+    "NetworkNumbers",
     "PolicySpec",
     "QuestionError",
+    "StreamError",
     "StreamRegistry",
     "StreamSettings",
     "StreamState",
     "StreamStatus",
     "Tier",
+    "UrlPolicy",
+    "UrlRefused",
     "VideoError",
     "VideoLM",
     "WatchCheck",
