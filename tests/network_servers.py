@@ -32,6 +32,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int) -> bool:
+    """Whether a socket listens on `port` of loopback, as Linux's /proc/net/tcp says (without connecting)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(r.split()[1].endswith(f":{port:04X}") and r.split()[3] == "0A" for r in rows)
+
+
 class RtspServer:
     """GStreamer's RTSP server on a loopback port: `url`; `stop()` kills it, `start()` brings it back
     on the same port."""
@@ -117,6 +123,78 @@ def live_hls(root: Path) -> Iterator[str]:
                     break
                 threading.Event().wait(0.05)
             yield f"{base}/live.m3u8"
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+class _Mjpeg(http.server.BaseHTTPRequestHandler):
+    """An MJPEG camera: JPEG frames of a moving square, one part each of a multipart/x-mixed-replace
+    answer, at 10 frames a second until the client goes."""
+
+    def do_GET(self) -> None:
+        import io
+        import time
+
+        import numpy as np
+        from PIL import Image
+
+        self.send_response(200)
+        self.send_header("Content-Type", "multipart/x-mixed-replace;boundary=frame")
+        self.end_headers()
+        try:
+            for i in range(100_000):
+                image = np.zeros((120, 160, 3), dtype=np.uint8)
+                image[40:80, (i * 4) % 120 : (i * 4) % 120 + 40] = (255, 0, 0)
+                jpeg = io.BytesIO()
+                Image.fromarray(image).save(jpeg, format="JPEG")
+                head = f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {jpeg.tell()}\r\n\r\n"
+                self.wfile.write(head.encode() + jpeg.getvalue() + b"\r\n")
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def mjpeg_camera() -> Iterator[str]:
+    """An MJPEG camera over HTTP on loopback; its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Mjpeg)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/video.mjpg"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def rtmp_server() -> Iterator[str]:
+    """FFmpeg serving a live test picture over RTMP on loopback (listen mode: one viewer); its URL."""
+    port = free_port()
+    url = f"rtmp://127.0.0.1:{port}/live/cam"
+    args = [
+        shutil.which("ffmpeg") or "ffmpeg",
+        "-v",
+        "quiet",
+        "-re",
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=160x120:rate=10",
+    ]
+    args += ["-c:v", "libx264", "-preset", "ultrafast", "-g", "10", "-pix_fmt", "yuv420p", "-f", "flv", "-listen", "1"]
+    process = subprocess.Popen([*args, url], stdin=subprocess.DEVNULL)
+    try:
+        for _ in range(200):  # until it listens (a test connection would be its one viewer)
+            if listening(port):
+                break
+            threading.Event().wait(0.05)
+        yield url
     finally:
         process.kill()
         process.wait(10)

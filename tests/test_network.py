@@ -13,10 +13,11 @@ import time
 import pytest
 
 from hermes.cli.main import main
+from hermes.video.clips import make_clip
 from hermes.video.network import Link, NetworkReader, NewestFrames, StreamError
 from hermes.video.urls import UrlPolicy, UrlRefused, redact
 from tests.helpers import wait_for
-from tests.network_servers import free_port, http_folder, live_hls, rtsp_server
+from tests.network_servers import free_port, http_folder, live_hls, mjpeg_camera, rtmp_server, rtsp_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -118,6 +119,35 @@ def test_a_live_hls_playlist_streams(tmp_path):
             reader.stop()
     assert len(frames) >= 3 and frames[0].image.shape == (120, 160, 3)
     assert [f.t for f in frames] == sorted(f.t for f in frames)
+
+
+@pytest.mark.parametrize("kind", ["rtmp", "mjpeg"])
+def test_rtmp_and_an_mjpeg_camera_stream(kind):
+    with rtmp_server() if kind == "rtmp" else mjpeg_camera() as url:
+        reader = NetworkReader(url, 2.0)
+        reader.start()
+        try:
+            reader.wait_open()
+            frames = read(reader, 4)
+        finally:
+            reader.stop()
+    assert frames[0].image.shape == (120, 160, 3)
+    times = [f.t for f in frames]
+    assert times == sorted(times) and times[-1] - times[0] >= 1.0  # 2 fps of a 10 fps stream
+
+
+def test_a_video_file_over_http_is_played_at_its_pace_and_ends(tmp_path):
+    make_clip(tmp_path / "clip.mp4", 3.0, fps=10, size=(160, 120))
+    with http_folder(tmp_path) as base:
+        reader = NetworkReader(f"{base}/clip.mp4", 2.0)
+        reader.start()
+        reader.wait_open()
+        started = time.time()
+        frames = read(reader, 6)
+        assert wait_for(lambda: reader.link is Link.ENDED, 10)
+    assert all(abs(f.t - 0.5 * i) <= 0.1 + 1e-6 for i, f in enumerate(frames))  # every 0.5 s, to a frame
+    # Paced by its timestamps, as a player shows it: not as fast as the network delivers it.
+    assert frames[-1].glass >= started + 2.0 and reader.reconnects == 0
 
 
 def test_a_stream_that_never_opens_gets_one_clear_error(tmp_path):

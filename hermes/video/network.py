@@ -222,7 +222,8 @@ class NetworkReader:
         self.on_link = on_link  # who hears of the link's changes; a source taking the reader over sets it
         self._settled = threading.Event()  # set once the link left CONNECTING
         self._stop = threading.Event()
-        self._next_due: float | None = None
+        self._next_due: float | None = None  # the stream time of the next frame to sample
+        self._paced_from: float | None = None  # a stream with an end: the wall time of its time 0
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     @property
@@ -326,7 +327,7 @@ class NetworkReader:
             stream.thread_type = "AUTO"
             live = container.duration is None  # a file over HTTP, or a finished playlist, has a duration
             self.timeline.connected(time.time())
-            self._next_due = None
+            self._next_due = self._paced_from = None
             opened = False
             try:
                 for frame in container.decode(stream):
@@ -353,16 +354,17 @@ class NetworkReader:
         """Sample one decoded frame at the reader's fps by its stream time; a stream with an end is
         paced by the wall clock (it would otherwise arrive as fast as the network goes)."""
         self.frames_decoded += 1
-        arrival = time.time()
         pts_s = float(frame.time) if frame.time is not None else None
-        t = self.timeline.place(pts_s, arrival)
+        if not live and pts_s is not None:
+            if self._paced_from is None:
+                self._paced_from = time.time() - pts_s
+            self._stop.wait(max(0.0, self._paced_from + pts_s - time.time()))
+        t = self.timeline.place(pts_s, time.time())
         period = 1.0 / self.fps
         if self._next_due is not None and t < self._next_due - 0.25 * period:
             return
         due = (t if self._next_due is None else self._next_due) + period
         self._next_due = due if due > t else t + period  # resync after a gap
-        if not live and self.timeline.origin is not None:
-            self._stop.wait(max(0.0, self.timeline.origin + t - time.time()))
         w, h = fit_size(frame.width, frame.height, self.max_side)
         image = frame.to_ndarray(format="rgb24", width=w, height=h)
         self.frames.put(LiveFrame(image, t, self.timeline.origin + t))
