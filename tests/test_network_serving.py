@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pytest
 
 from hermes.serving.live import LiveStream
@@ -17,6 +18,7 @@ from hermes.video.network import StreamError
 from hermes.video.urls import UrlPolicy, UrlRefused
 from tests.helpers import assert_same_memory, memory_state, wait_for
 from tests.network_servers import free_port, http_folder, live_hls, rtsp_server
+from ui.figures import retained_map_figure
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -75,7 +77,9 @@ def test_a_dropped_stream_keeps_its_memory_and_goes_on_when_the_server_returns(s
         server.stop()
         assert wait_for(lambda: stream.status().state is StreamState.RECONNECTING, 20)
         assert any("dropped" in n for n in stream.pop_notices())
-        assert worker.wait_idle(stream.key, 30)  # the last chunks before the drop are in
+        # Every frame read before the drop reaches the memory (the partial chunk too), then nothing moves.
+        assert wait_for(lambda: stream.status().frames_read == stream.view().frames_seen, 30)
+        assert worker.wait_idle(stream.key, 30)
         session = stream._memories.sessions["hermes"]
         before, chunks = memory_state(session.memory), stream.view().chunks
         threading.Event().wait(2.0)  # down for a while: the memory waits, untouched
@@ -89,7 +93,13 @@ def test_a_dropped_stream_keeps_its_memory_and_goes_on_when_the_server_returns(s
     gap_end = stream.view().history[chunks - 1].stream_time_s + 2.0
     assert stream.view().history[chunks].stream_time_s >= gap_end  # stream time went on across the gap
     numbers = stream.status().network
-    assert numbers.reconnects >= 1 and len(numbers.gaps) == 1 and "dropped at" in numbers.gaps[0]
+    assert numbers.reconnects >= 1 and numbers.gaps and "dropped at" in numbers.gaps[-1]
+    # The retained-token map marks the hole where the memory saw nothing.
+    frames_before = stream.view().history[chunks - 1].frames_seen
+    gaps = stream.view().gaps  # (a machine under load may add holes where the model skipped)
+    assert any(frame == frames_before and seconds >= 2.0 for frame, seconds in gaps), (frames_before, gaps)
+    marks = [a.text for a in retained_map_figure(stream.view()).layout.annotations]
+    assert sum("s gap" in text for text in marks) == len(gaps)
 
 
 def test_stop_ends_a_stream_at_once_even_while_it_reconnects(stream):
@@ -110,17 +120,19 @@ def test_a_slow_model_skips_to_the_live_edge(stream, worker):
         stream.start_url(server.url, LOOPBACK)
         assert chunks_reach(stream, 1)
         gate = threading.Event()
-        worker.submit(lambda: gate.wait(30), Priority.CHUNK, stream.key)  # the model is busy for 8 s
-        threading.Event().wait(8.0)
+        worker.submit(lambda: gate.wait(60), Priority.CHUNK, stream.key)  # the model is busy for 20 s
+        threading.Event().wait(20.0)
         gate.set()
         seen = stream.view().chunks
         assert chunks_reach(stream, seen + 4)
         status, view = stream.status(), stream.view()
-    assert status.network.skipped_s >= 3.0 and status.dropped_frames >= 6
-    # The model's picture is never further behind the live edge than the frames a source may hold:
-    # two chunks queued, one being cut, and the reader's queue.
-    bound = (2 + 1) * LIVE.chunk_frames / LIVE.fps + 4.0 + 1.0
-    assert status.position_s - view.stream_time_s <= bound
+    assert status.network.skipped_s >= 15.0 and status.dropped_frames >= 30
+    # However long the model was busy, its picture is behind the live edge by no more than the chunk
+    # being cut, the chunk in the model and the model's time for it (twice, with a second to spare).
+    chunk_s = LIVE.chunk_frames / LIVE.fps
+    model_s = max(np.diff([r.wall_s for r in view.history[-4:]]))  # per chunk, as this machine goes now
+    bound = 2 * chunk_s + 2 * model_s + 1.0
+    assert status.position_s - view.stream_time_s <= bound < 20.0
 
 
 def test_what_cannot_be_opened_gets_one_clear_error_and_the_running_stream_goes_on(stream, worker, llava_lm, tmp_path):

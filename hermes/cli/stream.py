@@ -257,10 +257,11 @@ class _NetworkFrames:
     """A network stream's frames for the stream command, from its opening (StreamError if it does not
     open) until Ctrl-C, --duration or its end; drops and reconnects are said as they happen."""
 
-    def __init__(self, url: str, fps: float) -> None:
+    def __init__(self, url: str, fps: float, chunk_frames: int) -> None:
         from hermes.video.network import NetworkReader
 
-        self.reader = NetworkReader(url, fps)
+        # While the model takes a chunk in, the reader keeps the newest chunk's frames: the next one.
+        self.reader = NetworkReader(url, fps, queue_frames=max(2, chunk_frames))
         self.reader.start()
         self.reader.wait_open()
         self._links: list[dict] = []  # what the reader's thread said, printed by the main thread
@@ -303,8 +304,10 @@ class _NetworkFrames:
 def _open_source(args: argparse.Namespace) -> _FileFrames | _NetworkFrames:
     from hermes.video.urls import is_url
 
-    fps = config_from_args(args).fps
-    return _NetworkFrames(args.video, fps) if is_url(args.video) else _FileFrames(args.video, fps)
+    config = config_from_args(args)
+    if is_url(args.video):
+        return _NetworkFrames(args.video, config.fps, config.chunk_frames)
+    return _FileFrames(args.video, config.fps)
 
 
 def _print_note(args: argparse.Namespace, note: dict, bar: Any) -> None:

@@ -26,6 +26,7 @@ class FeedHooks:
     on_chunk: Callable[[Chunk], None]
     wait_room: Callable[[float], bool]  # a file's reader waits up to that many seconds for room
     has_room: Callable[[], bool]  # a webcam cannot wait: it drops a chunk without room
+    wait_idle: Callable[[float], bool]  # a network stream waits (that long) until no chunk of it is in the model
     on_end: Callable[[], None]  # the file was read to its end
     on_error: Callable[[str], None]  # the file cannot be read (further)
     on_silence: Callable[[], None]  # the webcam stopped sending frames
@@ -91,7 +92,7 @@ class Feed:
             reader,
             settings.chunk_frames,
             on_chunk=hooks.on_chunk,
-            has_room=hooks.wait_room,
+            has_room=hooks.wait_idle,
             on_end=hooks.on_end,
             on_error=hooks.on_error,
             on_drop=hooks.on_drop,

@@ -39,7 +39,8 @@ from hermes.video.decoding import VideoInfo, check_start
 from hermes.video.urls import UrlPolicy
 
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
-# falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
+# falls behind the wall clock instead of piling up memory); a webcam drops chunks above it. A
+# network stream waits until none is (its next chunk is then the newest frames).
 MAX_CHUNK_BACKLOG = 2
 
 
@@ -132,6 +133,7 @@ class LiveStream:
         seconds, when it cannot be opened (a running stream goes on untouched); Busy when admission
         refuses. `reader`: the `NetworkReader`'s options (its timeouts)."""
         settings = settings or self.settings
+        reader = {"queue_frames": max(2, settings.chunk_frames)} | reader  # the newest chunk's frames
         stream = opened(urls.check(url), settings.fps, f"decode-{self.key}", **reader)
         try:
             gen = self._begin(settings)
@@ -315,6 +317,7 @@ def source_hooks(stream: LiveStream, gen: int) -> FeedHooks:
         on_chunk=lambda chunk: stream._submit_chunk(gen, chunk),
         wait_room=lambda timeout: worker.wait_backlog(key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
         has_room=lambda: worker.backlog(key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
+        wait_idle=lambda timeout: worker.wait_backlog(key, Priority.CHUNK, 1, timeout),
         on_end=lambda: locked(life.end, gen),
         on_error=lambda message: stream.halt(gen, StreamState.ERROR, message, error=True),
         on_silence=lambda: locked(life.silence, gen),

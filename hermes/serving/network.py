@@ -1,9 +1,10 @@
 """A live stream's source when it is a network stream (RTSP, RTMP, SRT, HLS, MJPEG, MP4 over HTTP).
 
-The `NetworkReader` (hermes.video.network) decodes in its own thread and keeps the newest frames;
-a `NetworkSource` takes frames from it, cuts them into chunks and hands each on, but only while
-the model has room: while the model is busy the reader goes on keeping only the newest frames, so
-the memory follows the live edge and what was skipped is counted, never piled up. A live source is
+The `NetworkReader` (hermes.video.network) decodes in its own thread and keeps the newest frames
+(a chunk's worth); a `NetworkSource` takes frames from it, cuts them into chunks and hands each on,
+but only while the model holds no chunk of the stream: while the model is busy the reader goes on
+keeping only the newest frames, so the next chunk is the newest, the memory follows the live edge,
+and what was skipped is counted, never piled up. A live source is
 never paced or seeked. A drop and a reconnect are said through `on_drop` and `on_back`; the
 memory is untouched meanwhile. A stream that never opens calls `on_error` once, with the reason.
 """
@@ -51,8 +52,8 @@ class NetworkNumbers:
 
 
 class NetworkSource:
-    """Frames of a network stream from its `reader`, cut into chunks; a chunk goes out when `has_room(timeout)`
-    says the consumer has room, and meanwhile the reader keeps only the newest frames."""
+    """Frames of a network stream from its `reader`, cut into chunks; frames are taken while
+    `has_room(timeout)` says the consumer has room, and meanwhile the reader keeps only the newest."""
 
     def __init__(
         self,
@@ -151,6 +152,8 @@ class NetworkSource:
             if frame is None:
                 if self.reader.done:
                     break
+                if self.reader.link is Link.RECONNECTING:
+                    self._send_tail()  # what came before a drop goes in now, not when the stream is back
                 continue
             if self._paused:
                 continue
@@ -159,15 +162,18 @@ class NetworkSource:
             if chunk is not None:
                 self._send(chunk, frame.glass)
         if self._flush or not self._stop.is_set():
-            tail = self._chunker.flush()
-            if tail is not None:
-                self._send(tail, self.reader.timeline.origin + float(tail.timestamps[-1]))
+            self._send_tail()
         if self._stop.is_set():
             return
         if self.reader.link is Link.FAILED:
             self._on_error(self.reader.error or "the stream failed")
         else:
             self._on_end()
+
+    def _send_tail(self) -> None:
+        tail = self._chunker.flush()
+        if tail is not None:
+            self._send(tail, self.reader.timeline.origin + float(tail.timestamps[-1]))
 
     def _send(self, chunk: Chunk, glass: float) -> None:
         self._glass[id(chunk)] = glass
