@@ -4,6 +4,7 @@ the memory kept, a slow model skipping to the live edge, and one clear error for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 
@@ -170,3 +171,20 @@ def test_credentials_never_reach_the_page_or_the_metrics(stream):
         status, metrics = stream.status(), json.dumps(stream.metrics())
     assert shown == server.url.replace("ann:s3cret", "***") and status.source == shown
     assert "s3cret" not in metrics and "ann" not in metrics
+
+
+def test_compare_and_standing_questions_on_a_network_stream(worker, llava_lm):
+    settings = dataclasses.replace(LIVE, compare=True, compare_policies=("hermes", "fifo"))
+    stream = LiveStream(worker, llava_lm, settings, key="compare")
+    try:
+        with rtsp_server() as server:
+            stream.start_url(server.url, LOOPBACK)
+            assert stream.watch("Is a ball moving?") == ["Is a ball moving?"]
+            assert chunks_reach(stream, 4)
+            stream.stop()
+        view = stream.view()
+        assert set(view.snapshots) == {"hermes", "fifo"}  # two memories side by side, on one stream
+        checked = {(p.policy, p.check.question) for p in view.watch_history}
+        assert checked == {("hermes", "Is a ball moving?"), ("fifo", "Is a ball moving?")}
+    finally:
+        stream.close()
