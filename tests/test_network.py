@@ -270,3 +270,25 @@ def test_the_stream_command_says_why_a_stream_does_not_open(capsys):
     assert main(["stream", f"rtsp://ann:s3cret@127.0.0.1:{port}/cam", "--model", "tiny"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "connection refused" in err and "s3cret" not in err
+
+
+def test_ctrl_c_ends_the_stream_command(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    with rtsp_server() as server:
+        args = [sys.executable, "-m", "hermes", "stream", server.url, "--model", "tiny", "--dtype", "fp32"]
+        args += ["--json", "--fps", "2", "--chunk-frames", "2", "--save-memory", str(tmp_path / "cam.hermes")]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            first = process.stdout.readline()  # the first chunk is in memory
+            process.send_signal(signal.SIGINT)
+            out, _ = process.communicate(timeout=60)
+        finally:
+            process.kill()
+    events = [json.loads(line) for line in [first, *out.splitlines()]]
+    assert events[0]["event"] == "chunk" and events[-1] == {"event": "stopped", "note": "interrupted"}
+    assert process.returncode == 0 and (tmp_path / "cam.hermes").stat().st_size > 0  # what was read is saved
