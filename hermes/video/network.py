@@ -190,9 +190,10 @@ class NetworkReader:
 
     `start()` starts the thread; `wait_open()` waits for the first frame or raises why none came;
     `get(timeout)` takes the next frame. `link` says where the connection is; `failure` why it never
-    opened (then `link` is FAILED). `on_link(link, detail)` is
-    called from the reader's thread at each change (detail: the reason of a drop, the error of a
-    failure). `stop()` returns at once: the thread ends at its next packet, timeout or wait.
+    opened (then `link` is FAILED). `on_link(link, detail)` is called at each change (detail: the
+    reason of a drop, the error of a failure), from the reader's thread, or for STOPPED from the
+    thread that stopped it. `stop()` returns at once: the thread ends at its next packet, timeout or
+    wait.
     """
 
     def __init__(
@@ -221,6 +222,7 @@ class NetworkReader:
         self.frames_decoded = 0
         self.on_link = on_link  # who hears of the link's changes; a source taking the reader over sets it
         self._settled = threading.Event()  # set once the link left CONNECTING
+        self._link_lock = threading.Lock()
         self._stop = threading.Event()
         self._next_due: float | None = None  # the stream time of the next frame to sample
         self._paced_from: float | None = None  # a stream with an end: the wall time of its time 0
@@ -267,10 +269,11 @@ class NetworkReader:
 
     # -- the reader's thread ----------------------------------------------------------------------
     def _set_link(self, link: Link, detail: str | None) -> None:
-        if self.link is link or self.link is Link.STOPPED:
-            return
-        self.link = link
-        self._settled.set()
+        with self._link_lock:  # the reader's thread and a stopping one: a stopped link stays stopped
+            if self.link is link or self.link is Link.STOPPED:
+                return
+            self.link = link
+            self._settled.set()
         self.on_link(link, detail)
 
     @property
