@@ -79,6 +79,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="the state folder's size cap: past it the oldest checkpoints are deleted (default: 2048)",
     )
+    p.add_argument(
+        "--allow-urls",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="HOSTS",
+        help="let viewers open network streams (RTSP, RTMP, SRT, HLS, MJPEG, MP4 over HTTP): from any public "
+        "address, or with HOSTS (comma-separated host names and networks, e.g. cam.local,10.0.0.0/8) only from "
+        "those; loopback and private addresses only when named (default: no URLs)",
+    )
     return p.parse_args(argv)
 
 
@@ -96,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # Imported here, so that --help answers before torch and gradio load.
-    from hermes.serving import CheckpointStore, load_model_or_fallback, requested_model
+    from hermes.serving import CheckpointStore, UrlPolicy, load_model_or_fallback, requested_model
     from ui import build_app, launch_options
 
     checkpoints = None
@@ -108,8 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     name = requested_model(args.model, args.device)
     try:
+        urls = UrlPolicy.parse(args.allow_urls)
         lm, load_error = load_model_or_fallback(name, args.device, args.dtype, args.device_map)
-    except ValueError as exc:  # a bad --dtype or --device-map (or their variables): say which, as argparse does
+    except ValueError as exc:  # a bad --dtype, --device-map (or their variables) or --allow-urls: say which
         print(f"app.py: error: {exc}", file=sys.stderr)
         return 2
     cap_mb = args.memory_cap_mb
@@ -120,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory_cap_bytes=None if cap_mb is None else int(cap_mb * 2**20),
         checkpoints=checkpoints,
         lease_s=args.lease_s,
+        urls=urls,
     )
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
     return 0

@@ -21,11 +21,13 @@ from hermes.serving import (
     Busy,
     LiveStream,
     LiveView,
+    NetworkNumbers,
     QuestionError,
     StreamRegistry,
     StreamSettings,
     StreamState,
     StreamStatus,
+    UrlPolicy,
     VideoError,
     Viewers,
     WatchError,
@@ -154,12 +156,27 @@ def clock(seconds: float) -> str:
     return f"{hours}:{m:02d}:{s:02d}" if hours else f"{m}:{s:02d}"
 
 
+def network_text(n: NetworkNumbers) -> str:
+    """A network stream's line: glass-to-memory latency, what the model skipped to stay live, drops."""
+    parts = []
+    if n.latency_s is not None:
+        parts.append(f"latency {n.latency_s:.1f} s (camera to memory)")
+    if n.skipped_s >= 0.5:
+        parts.append(f"the model skipped {n.skipped_s:.0f} s of the stream to stay live")
+    if n.reconnects:
+        parts.append(
+            f"{n.reconnects} reconnect{'s' if n.reconnects > 1 else ''}" + (f", {n.gaps[-1]}" if n.gaps else "")
+        )
+    return " · ".join(parts)
+
+
 def status_text(stream: LiveStream) -> str:
     """Two short lines: what the stream is doing, and what the model has seen and kept."""
     status, view = stream.status(), stream.view()
     head = f"**{status.state.capitalize()}**"
     if status.source:
-        head += f" · {status.source}" + (f" · {status.speed}" if status.source != "webcam" else "")
+        paced = status.source != "webcam" and status.network is None  # a live source has no pace
+        head += f" · {status.source}" + (f" · {status.speed}" if paced else "")
     if status.duration_s is not None:
         head += f" · {clock(status.duration_s)} long"
     if status.state in (StreamState.IDLE, StreamState.STARTING) and not status.source:
@@ -167,7 +184,7 @@ def status_text(stream: LiveStream) -> str:
     parts = [f"{status.frames_read} frames read", f"{view.frames_seen} seen by the model ({view.stream_time_s:.0f} s)"]
     if status.queued_chunks:
         parts.append(f"{status.queued_chunks} chunk{'s' if status.queued_chunks > 1 else ''} queued")
-    if status.dropped_frames:
+    if status.dropped_frames and status.network is None:
         parts.append(f"{status.dropped_frames} webcam frames dropped (model busy)")
     for policy, kept in view.frames_in_memory.items():
         parts.append(
@@ -176,6 +193,8 @@ def status_text(stream: LiveStream) -> str:
     text = head + "  \n" + " · ".join(parts)
     if (lag := behind_text(status, view, keep_up_hint(stream.lm.source, stream.lm.device.type))) is not None:
         text += f"  \n🐢 {lag}"
+    if status.network is not None and (live := network_text(status.network)):
+        text += f"  \n📡 {live}"
     if status.skipped:
         text += f"  \n⚠️ {status.skipped}"
     if status.error:
@@ -190,9 +209,10 @@ def status_text(stream: LiveStream) -> str:
 class Callbacks:
     """The app's event handlers, bound to one registry of live streams."""
 
-    def __init__(self, registry: StreamRegistry, viewers: Viewers | None = None) -> None:
+    def __init__(self, registry: StreamRegistry, viewers: Viewers | None = None, urls: UrlPolicy | None = None) -> None:
         self.registry = registry
         self.viewers = viewers  # the viewers' checkpoints, with a state folder
+        self.urls = urls or UrlPolicy()  # the network streams viewers may open (default: none)
         self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
         self.gpu = registry.lm.device.type == "cuda"
         self.samples = bundled_samples(registry.lm)  # title -> Sample; the model's own first
@@ -237,6 +257,17 @@ class Callbacks:
                 stream.files.go_on(path, speed)
             else:
                 stream.start_file(path, speed=speed, settings=settings)
+        except (VideoError, Busy, ValueError) as exc:
+            raise refused(str(exc)) from exc
+        return status_text(stream), [], "Pause"
+
+    def start_url(self, url: str, request: gr.Request, **settings: object) -> tuple[str, list, str]:
+        """Watch a network stream (RTSP, RTMP, SRT, HLS, MJPEG, MP4 over HTTP) in fresh memories with
+        `settings`, if this server allows its URL; returns the status line. A stream that does not open
+        says why within seconds, and a running stream goes on meanwhile."""
+        stream = self._stream(request)
+        try:
+            stream.start_url(url or "", self.urls, settings_from(settings))
         except (VideoError, Busy, ValueError) as exc:
             raise refused(str(exc)) from exc
         return status_text(stream), [], "Pause"

@@ -117,6 +117,19 @@ def retained_map_figure(view: LiveView) -> go.Figure:
         fig.add_trace(_retained_heatmap(snap, view, last=col == len(policies)), row=1, col=col)
         _tier_bands(fig, snap, col)
         fig.update_xaxes(title_text="stream time (frame)", row=1, col=col, range=[-0.5, view.frames_seen - 0.5])
+        for frame, seconds in view.gaps:  # where the memory saw nothing (a stream that dropped, a skip)
+            fig.add_vline(x=frame - 0.5, line={"dash": "dash", "color": "#dc2626", "width": 1}, row=1, col=col)
+            fig.add_annotation(
+                x=frame - 0.5,
+                y=1.0,
+                yref="paper",
+                text=f"{seconds:.0f} s gap",
+                showarrow=False,
+                yshift=8,
+                font={"size": 10, "color": "#dc2626"},
+                row=1,
+                col=col,
+            )
     first = next(iter(view.snapshots.values()))
     n_layers = len(first.layers)
     # Rows are the layers with keys and values, labelled with their decoder layer number (a hybrid

@@ -14,6 +14,7 @@ from hermes.serving import (
     StreamRegistry,
     StreamSettings,
     Tier,
+    UrlPolicy,
     VideoLM,
     Viewers,
     layer_tiers,
@@ -100,16 +101,18 @@ def build_app(
     memory_cap_bytes: int | None = None,
     checkpoints: CheckpointStore | None = None,
     lease_s: float = DEFAULT_LEASE_S,
+    urls: UrlPolicy | None = None,
 ) -> gr.Blocks:
     """The Blocks app. Pass `registry` to keep a handle on the viewers' streams (tests shut it down);
     otherwise one is made with `max_streams`, `memory_cap_bytes` and `lease_s` (see StreamRegistry).
-    With `checkpoints`, each viewer's memory is checkpointed there and offered back after a restart."""
+    With `checkpoints`, each viewer's memory is checkpointed there and offered back after a restart;
+    `urls`: the network streams viewers may open (default: none)."""
     if registry is None:
         registry = StreamRegistry(
             lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes, lease_s=lease_s
         )
     s = registry.settings
-    cb = Callbacks(registry, None if checkpoints is None else Viewers(checkpoints))
+    cb = Callbacks(registry, None if checkpoints is None else Viewers(checkpoints), urls)
     banner = model_banner(lm, load_error)
 
     # Gradio keeps files it serves (frames shown) in its cache: clear them every 10 min, after 30.
@@ -124,7 +127,7 @@ def build_app(
             gr.HTML(banner)
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=340):
-                source = panels.sources(cb.samples)
+                source = panels.sources(cb.samples, cb.urls)
                 frame, status = panels.now_showing()
                 controls = panels.settings_controls(s)
                 files = files_panel(checkpoints)
@@ -161,6 +164,7 @@ def _wire(
     source.start_upload.click(
         cb.start_file, [source.upload, source.speed], started, api_name="start_file", **settings, **starting
     )
+    source.start_url.click(cb.start_url, source.url, started, api_name="start_url", **settings, **starting)
     source.pause.click(cb.pause, None, [cb.live.status, source.pause], api_name="pause", **quick)
     source.stop.click(cb.stop, None, cb.live.status, api_name="stop", **quick)
     source.reset.click(cb.reset, None, started, api_name="reset", **settings, **quick)

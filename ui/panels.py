@@ -10,11 +10,13 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from hermes.serving import (
+    LIVE_SCHEMES,
     MAX_COMPARED,
     MAX_STANDING,
     SPEEDS,
     Sample,
     StreamSettings,
+    UrlPolicy,
     policy_help,
     policy_names,
     suggestions_markdown,
@@ -77,6 +79,8 @@ class Sources:
     upload: gr.File
     start_upload: gr.Button
     webcam: gr.Image
+    url: gr.Textbox
+    start_url: gr.Button
     speed: gr.Radio
     pause: gr.Button
     stop: gr.Button
@@ -108,9 +112,9 @@ class Memory:
     refresh: gr.Button
 
 
-def sources(samples: dict[str, Sample]) -> Sources:
-    """The source tabs (sample clip with its suggested questions, upload, webcam), the pace and the
-    stream's controls."""
+def sources(samples: dict[str, Sample], urls: UrlPolicy) -> Sources:
+    """The source tabs (sample clip with its suggested questions, upload, webcam, a live URL that
+    `urls` may allow), the pace and the stream's controls."""
     first = next(iter(samples))
     with gr.Tabs():
         with gr.Tab("Sample clip"):
@@ -129,6 +133,7 @@ def sources(samples: dict[str, Sample]) -> Sources:
                 webcam_options=gr.WebcamOptions(mirror=False),
             )
             gr.Markdown("Start the webcam: its frames stream into the memory at the set fps.")
+        url, start_url = live_url(urls)
     speed = gr.Radio(
         list(SPEEDS), value="1x", label="Pace", info="1x plays the file in real time; max as fast as the model goes"
     )
@@ -136,7 +141,32 @@ def sources(samples: dict[str, Sample]) -> Sources:
         pause = gr.Button("Pause", size="sm", elem_id="pause")
         stop = gr.Button("Stop", size="sm", elem_id="stop")
         reset = gr.Button("Reset", size="sm", elem_id="reset")
-    return Sources(sample, suggestions, start_sample, upload, start_upload, webcam, speed, pause, stop, reset)
+    return Sources(
+        sample, suggestions, start_sample, upload, start_upload, webcam, url, start_url, speed, pause, stop, reset
+    )
+
+
+def live_url(urls: UrlPolicy) -> tuple[gr.Textbox, gr.Button]:
+    """The Live URL tab: a network stream's address, and its Start button (what this server opens, said)."""
+    with gr.Tab("Live URL"):
+        url = gr.Textbox(
+            label="Stream URL",
+            placeholder="rtsp://camera.example.com/live, https://example.com/stream.m3u8",
+            max_lines=1,
+            elem_id="stream-url",
+        )
+        start = gr.Button("▶ Watch the stream", variant="primary", elem_id="start-url")
+        if not urls.enabled:
+            where = "This server opens no network streams: start it with `--allow-urls` to allow them."
+        elif urls.allowed:
+            where = f"This server opens streams from: {', '.join(urls.allowed)}."
+        else:
+            where = "This server opens streams from public addresses."
+        gr.Markdown(
+            f"{', '.join(LIVE_SCHEMES)}: an IP camera, an HLS playlist, MJPEG or MP4 over HTTP. A live stream is "
+            f"never paced: when the model falls behind it skips to the newest frames. {where}"
+        )
+    return url, start
 
 
 def now_showing() -> tuple[gr.Image, gr.Markdown]:

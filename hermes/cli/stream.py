@@ -1,11 +1,13 @@
-"""`python -m hermes stream`: play a video file as a live stream and answer questions at given times."""
+"""`python -m hermes stream`: play a video file, or watch a network stream (RTSP, RTMP, SRT, HLS, MJPEG,
+MP4 over HTTP), as a live stream and answer questions at given times."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hermes.cli.memory import (
@@ -20,8 +22,15 @@ from hermes.cli.options import add_memory_options, config_from_args, local_model
 
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("stream", help="stream a video file and answer questions at given times")
-    p.add_argument("video")
+    p = sub.add_parser("stream", help="stream a video file or a network stream and answer questions at given times")
+    p.add_argument("video", help="a video file, or a stream's URL (rtsp, rtsps, rtmp, srt, http, https)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this much stream time (a network stream runs until Ctrl-C otherwise)",
+    )
     add_memory_options(
         p,
         model_help=f"{local_model_help()} (default: $HERMES_MODEL, else LLaVA-OV 0.5B on a GPU, Qwen3.5-0.8B on a CPU)",
@@ -163,7 +172,6 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     from hermes.engine.session import StreamBound
     from hermes.serving.replay import parse_ask, replay
-    from hermes.video.decoding import UntilDamage, check_start, iter_frames
 
     questions = [parse_ask(a) for a in args.ask]
     _check_watches(args)
@@ -171,7 +179,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     memory = check_memory_file_options(args)  # a bad memory file fails before the model loads too
     if memory is not None:
         model_for(args, memory)
-    info = check_start(args.video, config_from_args(args).fps)  # a bad file fails before the model loads
+    source = _open_source(args)  # a bad file, or a stream that does not open, fails before the model loads
     session = _session(args, policy, memory)
     if memory is None or args.watch_threshold != 0.5:  # a resumed stream keeps its saved threshold otherwise
         session.standing.set_threshold(args.watch_threshold)
@@ -179,42 +187,136 @@ def cmd_stream(args: argparse.Namespace) -> int:
     for question in args.watch:
         if question.strip() not in session.standing.questions:
             session.standing.add(question)
-    fps = session.config.fps
     saver = Checkpoints(session, args.save_memory, None if args.save_every is None else 60 * args.save_every)
     if session.lm.random_weights and not args.json:
         print("note: random weights: answers are noise, the memory dynamics are real", file=sys.stderr)
-    total = max(1, int(info.duration * fps) + 1)
-    bar = tqdm(total=total, initial=session.frames_seen, unit="frame", disable=args.json, file=sys.stderr)
-    # A frame that cannot be decoded is skipped, and said; a file that decodes no further streams to
-    # its last good frame, the questions are answered from what was read, and its error ends the command.
-    # A resumed stream goes on with the frames after those its memory has seen.
-    frames = UntilDamage(
-        iter_frames(args.video, fps, start=start_time(session)), on_skip=lambda skipped: _print_skip(args, skipped, bar)
+    bar = tqdm(
+        total=source.total(session.config.fps),
+        initial=session.frames_seen,
+        unit="frame",
+        disable=args.json,
+        file=sys.stderr,
     )
+    end = None if args.duration is None else start_time(session) + args.duration
+    frames = source.frames(session, lambda note: _print_note(args, note, bar))
+    if end is not None:
+        frames = itertools.takewhile(lambda frame: frame.t <= end, frames)
     try:
         _print_events(
             args, replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens), bar, saver
         )
     except StreamBound as bound:  # a bound of the policy (rekv's host memory): the stream stops, with the reason
-        bar.clear()
-        print(json.dumps({"event": "stopped", "note": str(bound)}) if args.json else f"\nstopped: {bound}", flush=True)
+        _print_note(args, {"event": "stopped", "note": str(bound)}, bar)
+    except KeyboardInterrupt:  # Ctrl-C ends a stream: what was read stays, and is saved
+        _print_note(args, {"event": "stopped", "note": "interrupted"}, bar)
+    finally:
+        source.close()
     bar.close()
     if args.watch and not args.json and session.chunks_seen:
         print(session.watch_cost.summary(), file=sys.stderr)
     saver.save()  # what was read, a damaged file's good part too
-    if frames.damage is not None:
-        raise frames.damage
+    source.raise_damage()
     return 0
 
 
-def _print_skip(args: argparse.Namespace, skipped: Any, bar: Any) -> None:
-    """Say that frames of the file could not be decoded (the stream goes on at the next one)."""
+class _FileFrames:
+    """A video file's frames for the stream command: a frame that cannot be decoded is skipped, and
+    said; a file that decodes no further streams to its last good frame, and its error ends the
+    command after the questions were answered from what was read."""
+
+    def __init__(self, path: str, fps: float) -> None:
+        from hermes.video.decoding import check_start
+
+        self.path = path
+        self.info = check_start(path, fps)
+        self._frames = None
+
+    def total(self, fps: float) -> int:
+        return max(1, int(self.info.duration * fps) + 1)
+
+    def frames(self, session, say):
+        from hermes.video.decoding import UntilDamage, iter_frames
+
+        # A resumed stream goes on with the frames after those its memory has seen.
+        start = start_time(session)
+        self._frames = UntilDamage(
+            iter_frames(self.path, session.config.fps, start=start),
+            on_skip=lambda s: say({"event": "skipped", "at_s": s.at_s, "frames": s.frames, "note": str(s)}),
+        )
+        return self._frames
+
+    def close(self) -> None:
+        pass
+
+    def raise_damage(self) -> None:
+        if self._frames is not None and self._frames.damage is not None:
+            raise self._frames.damage
+
+
+class _NetworkFrames:
+    """A network stream's frames for the stream command, from its opening (StreamError if it does not
+    open) until Ctrl-C, --duration or its end; drops and reconnects are said as they happen."""
+
+    def __init__(self, url: str, fps: float, chunk_frames: int) -> None:
+        from hermes.video.network import NetworkReader
+
+        # While the model takes a chunk in, the reader keeps the newest chunk's frames: the next one.
+        self.reader = NetworkReader(url, fps, queue_frames=max(2, chunk_frames))
+        self.reader.start()
+        self.reader.wait_open()
+        self._links: list[dict] = []  # what the reader's thread said, printed by the main thread
+        self.reader.on_link = self._heard
+
+    def _heard(self, link, detail: str | None) -> None:
+        from hermes.video.network import Link
+
+        if link is Link.RECONNECTING:
+            self._links.append({"event": "dropped", "note": f"{detail}; reconnecting"})
+        elif link is Link.STREAMING:
+            self._links.append({"event": "reconnected", "note": "the stream goes on, its memory kept"})
+
+    def total(self, fps: float) -> None:
+        return None
+
+    def frames(self, session, say) -> Iterator:
+        from hermes.video.decoding import Frame
+
+        start = start_time(session)  # a resumed memory's stream time goes on
+        while not self.reader.done:
+            while self._links:
+                say(self._links.pop(0))
+            live = self.reader.get(0.2)
+            if live is not None:
+                yield Frame(live.image, start + live.t)
+        if self.reader.failure is not None:
+            raise self.reader.failure
+
+    def close(self) -> None:
+        self.reader.stop()
+        skipped = self.reader.frames.skipped_s
+        if skipped:
+            print(f"the model skipped {skipped:.0f} s of the stream to stay at its live edge", file=sys.stderr)
+
+    def raise_damage(self) -> None:
+        pass
+
+
+def _open_source(args: argparse.Namespace) -> _FileFrames | _NetworkFrames:
+    from hermes.video.urls import is_url
+
+    config = config_from_args(args)
+    if is_url(args.video):
+        return _NetworkFrames(args.video, config.fps, config.chunk_frames)
+    return _FileFrames(args.video, config.fps)
+
+
+def _print_note(args: argparse.Namespace, note: dict, bar: Any) -> None:
+    """Say what happened to the source (frames skipped, the stream dropped or back, stopped)."""
     if args.json:
-        note = {"event": "skipped", "at_s": skipped.at_s, "frames": skipped.frames, "note": str(skipped)}
         print(json.dumps(note), flush=True)
     else:
         bar.clear()
-        print(f"\nskipped: {skipped}", flush=True)
+        print(f"\n{note['event']}: {note['note']}" if note.get("note") else f"\n{note['event']}", flush=True)
 
 
 def _print_events(args: argparse.Namespace, events: Iterable, bar: Any, saver: Checkpoints) -> None:

@@ -22,12 +22,15 @@ from hermes.serving.model import (
     load_model_or_fallback,
     requested_model,
 )
+from hermes.serving.network import NetworkNumbers
 from hermes.serving.registry import DEFAULT_LEASE_S, DEFAULT_MAX_PREPARING, StreamRegistry
 from hermes.serving.samples import Sample, Suggestion, bundled_samples, suggestions_markdown
 from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
+from hermes.video.network import StreamError
+from hermes.video.urls import LIVE_SCHEMES, UrlPolicy, UrlRefused
 
 __all__ = [
     "ATTENTION",
@@ -38,6 +41,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
     "HOST",
+    "LIVE_SCHEMES",
     "MAX_COMPARED",
     "MAX_STANDING",
     "SPEEDS",
@@ -54,15 +58,19 @@ __all__ = [
     "LiveView",
     "MemoryFileError",
     "MemorySnapshot",
+    "NetworkNumbers",
     "PolicySpec",
     "QuestionError",
     "Sample",
+    "StreamError",
     "StreamRegistry",
     "StreamSettings",
     "StreamState",
     "StreamStatus",
     "Suggestion",
     "Tier",
+    "UrlPolicy",
+    "UrlRefused",
     "VideoError",
     "VideoLM",
     "Viewers",

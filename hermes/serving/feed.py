@@ -1,5 +1,5 @@
-"""What feeds a live stream: its source of chunks (a video file read at a pace, or a webcam), the
-source's name for the status line, and the pace a viewer set.
+"""What feeds a live stream: its source of chunks (a video file read at a pace, a webcam, or a network
+stream), the source's name for the status line, and the pace a viewer set.
 
 A `Feed` builds a source for one generation of its stream from that generation's `FeedHooks`
 (where the chunks go, whether the model has room, and what the source says about itself), and
@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.engine.chunk import Chunk
+from hermes.serving.network import NetworkSource
 from hermes.serving.settings import SPEEDS, StreamSettings
 from hermes.serving.sources import FileSource, Source, WebcamSource
+from hermes.video.network import NetworkReader
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,13 @@ class FeedHooks:
     on_chunk: Callable[[Chunk], None]
     wait_room: Callable[[float], bool]  # a file's reader waits up to that many seconds for room
     has_room: Callable[[], bool]  # a webcam cannot wait: it drops a chunk without room
+    wait_idle: Callable[[float], bool]  # a network stream waits (that long) until no chunk of it is in the model
     on_end: Callable[[], None]  # the file was read to its end
     on_error: Callable[[str], None]  # the file cannot be read (further)
     on_silence: Callable[[], None]  # the webcam stopped sending frames
     on_frames: Callable[[], None]  # and sends them again
+    on_drop: Callable[[str], None]  # a network stream dropped (the reason): it is being reopened
+    on_back: Callable[[], None]  # and is back
 
 
 class Feed:
@@ -35,14 +40,19 @@ class Feed:
 
     def __init__(self) -> None:
         self.source: Source | None = None
-        self.name: str | None = None  # the file's name, or "webcam"
-        self.duration_s: float | None = None  # a file's total length (a webcam has none)
+        self.name: str | None = None  # the file's name, "webcam", or a URL without its credentials
+        self.duration_s: float | None = None  # a file's total length (a webcam or a live stream has none)
         self.speed = "1x"
 
     @property
     def webcam(self) -> WebcamSource | None:
         """The webcam source, if the stream has one (running or stopped with the Stop control)."""
         return self.source if isinstance(self.source, WebcamSource) else None
+
+    @property
+    def network(self) -> NetworkSource | None:
+        """The network source, if the stream has one."""
+        return self.source if isinstance(self.source, NetworkSource) else None
 
     def set_speed(self, speed: str) -> None:
         """Pace of a file stream: "1x" (real time), "2x", "4x" or "max"; applies at once."""
@@ -86,6 +96,26 @@ class Feed:
             on_silence=hooks.on_silence,
             on_frames=hooks.on_frames,
         )
+
+    @staticmethod
+    def stream(reader: NetworkReader, settings: StreamSettings, hooks: FeedHooks, thread_name: str) -> NetworkSource:
+        """A source cutting a network stream's frames (from `reader`, opened) into chunks (not started)."""
+        return NetworkSource(
+            reader,
+            settings.chunk_frames,
+            on_chunk=hooks.on_chunk,
+            has_room=hooks.wait_idle,
+            on_end=hooks.on_end,
+            on_error=hooks.on_error,
+            on_drop=hooks.on_drop,
+            on_back=hooks.on_back,
+            name=thread_name,
+        )
+
+    def landed(self, chunk: Chunk) -> None:
+        """`chunk` is in memory now (a network source measures its glass-to-memory latency)."""
+        if (network := self.network) is not None:
+            network.ingested(chunk)
 
     def attach(self, source: Source, name: str, duration_s: float | None = None) -> None:
         self.source, self.name, self.duration_s = source, name, duration_s

@@ -31,6 +31,7 @@ from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.memories import StreamMemories
 from hermes.serving.memory_files import MemoryFiles
 from hermes.serving.metrics import metrics_of
+from hermes.serving.network import opened
 from hermes.serving.settings import StreamSettings
 from hermes.serving.sources import Source
 from hermes.serving.state import Lifecycle, StreamState
@@ -38,6 +39,7 @@ from hermes.serving.view import LiveView, StreamStatus, stream_status
 from hermes.serving.watching import Watchlist
 from hermes.serving.worker import JobCancelled, ModelWorker, Priority
 from hermes.video.decoding import VideoInfo, check_start
+from hermes.video.urls import UrlPolicy
 
 # Questions of one stream being answered or waiting at once; more are told to wait. With the round of
 # turns on the model thread (hermes.serving.turns), this keeps one viewer from filling the answer
@@ -51,7 +53,8 @@ WAIT_FOR_ANSWER = (
 # takes several tokens of a byte-level vocabulary).
 MAX_QUESTION_TOKENS = 512
 # Chunks of one stream queued or running at once. A file reader waits below this (the stream
-# falls behind the wall clock instead of piling up memory); a webcam drops chunks above it.
+# falls behind the wall clock instead of piling up memory); a webcam drops chunks above it. A
+# network stream waits until none is (its next chunk is then the newest frames).
 MAX_CHUNK_BACKLOG = 2
 
 
@@ -64,6 +67,11 @@ def question_within_tokens(lm: VideoLM, question: str) -> str:
             "Ask it in fewer words."
         )
     return question
+
+
+def dropped_note(reason: str) -> str:
+    """What the viewer is told when a network stream drops."""
+    return f"The stream dropped ({reason}); reconnecting. The memory and the chat are kept."
 
 
 class LiveStream:
@@ -94,7 +102,8 @@ class LiveStream:
         self._lock = threading.RLock()  # held around every move of the lifecycle and its source
         self.life = Lifecycle()
         self._memories = StreamMemories(lm, self)  # only the model thread touches it
-        self.files = MemoryFiles(self, self._memories)  # its memory saved, loaded and checkpointed
+        # Its memory saved, loaded and checkpointed; a loaded memory goes on with a source of its own.
+        self.files = MemoryFiles(self, self._memories, lambda gen: source_hooks(self, gen))
         self.feed = Feed()
         self.settings = settings or StreamSettings()
         self._view = LiveView(version=0, settings=self.settings)
@@ -153,10 +162,29 @@ class LiveStream:
             info = check_start(path, settings.fps)
             self.feed.set_speed(speed)
             gen = self._reset(settings)
-            source = self.feed.file(Path(path), settings, self._hooks(gen), f"read-{self.key}")
+            source = self.feed.file(Path(path), settings, source_hooks(self, gen), f"read-{self.key}")
             self._start_source(gen, source, info.name, info.duration)
         self.touch()  # the lease counts from the start's end: preparing it may take a while
         return info
+
+    def start_url(self, url: str, urls: UrlPolicy, settings: StreamSettings | None = None, **reader: object) -> str:
+        """Start a network stream into fresh memories; its URL as shown. UrlRefused, or StreamError within
+        seconds, when it cannot be opened (a running stream goes on untouched); Busy when admission
+        refuses. `reader`: the `NetworkReader`'s options (its timeouts)."""
+        settings = settings or self.settings
+        reader = {"queue_frames": max(2, settings.chunk_frames)} | reader  # the newest chunk's frames
+        checked = urls.check(url)  # a refused URL costs nothing, not even a slot
+        with self._admit(self, settings):
+            stream = opened(checked, settings.fps, f"decode-{self.key}", **reader)
+            try:
+                gen = self._reset(settings)
+                source = self.feed.stream(stream, settings, source_hooks(self, gen), f"read-{self.key}")
+                self._start_source(gen, source, stream.name)
+            except BaseException:
+                stream.stop()
+                raise
+        self.touch()  # the lease counts from the start's end: opening the stream may take seconds
+        return stream.name
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
         """Feed one webcam frame. Unless a file is playing or a webcam stream exists (running or
@@ -168,7 +196,7 @@ class LiveStream:
             settings = settings or self.settings
             with self._admit(self, settings):
                 gen = self._reset(settings)
-                self._start_source(gen, self.feed.camera(settings, self._hooks(gen)), "webcam")
+                self._start_source(gen, self.feed.camera(settings, source_hooks(self, gen)), "webcam")
         if (webcam := self.feed.webcam) is not None:
             webcam.push(image, t)
 
@@ -264,18 +292,6 @@ class LiveStream:
         if self.closed:
             raise RuntimeError("this stream was closed (its tab went away)")
 
-    def _hooks(self, gen: int) -> FeedHooks:
-        """What the source of generation `gen` reports to, and asks of, the stream."""
-        return FeedHooks(
-            on_chunk=lambda chunk: self._submit_chunk(gen, chunk),
-            wait_room=lambda timeout: self.worker.wait_backlog(self.key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
-            has_room=lambda: self.worker.backlog(self.key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
-            on_end=lambda: (self._locked(self.life.end, gen), self.files.checkpoint(gen)),
-            on_error=lambda message: self.halt(gen, StreamState.ERROR, message, error=True),
-            on_silence=lambda: self._locked(self.life.silence, gen),
-            on_frames=lambda: self._locked(self.life.frames_again, gen),
-        )
-
     def _start_source(self, gen: int, source: Source, name: str, duration_s: float | None = None) -> None:
         """`source` becomes the source of generation `gen` and is started, unless a reset came first."""
         with self._lock:
@@ -314,7 +330,7 @@ class LiveStream:
     # -- internals: jobs for the model thread ----------------------------------------------------
     def _submit_chunk(self, gen: int, chunk: Chunk) -> None:
         self.worker.submit(
-            lambda: self._memories.ingest(gen, chunk),
+            lambda: self._memories.ingest(gen, chunk, landed=self.feed.landed),
             Priority.CHUNK,
             self.key,
             lambda exc: self._on_job_error(gen, exc),
@@ -325,3 +341,21 @@ class LiveStream:
         if not isinstance(exc, JobCancelled):
             message = job_error_message(exc, "on this stream", " Press Reset to start over.")
             self.halt(gen, StreamState.ERROR, message, error=True, memory_failed=True)
+
+
+def source_hooks(stream: LiveStream, gen: int) -> FeedHooks:
+    """What the source of generation `gen` of `stream` reports to, and asks of, the stream (the stream's
+    own internals: a function beside the class, so that the class holds the controls)."""
+    worker, key, life, locked = stream.worker, stream.key, stream.life, stream._locked
+    return FeedHooks(
+        on_chunk=lambda chunk: stream._submit_chunk(gen, chunk),
+        wait_room=lambda timeout: worker.wait_backlog(key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
+        has_room=lambda: worker.backlog(key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
+        wait_idle=lambda timeout: worker.wait_backlog(key, Priority.CHUNK, 1, timeout),
+        on_end=lambda: (locked(life.end, gen), stream.files.checkpoint(gen)),
+        on_error=lambda message: stream.halt(gen, StreamState.ERROR, message, error=True),
+        on_silence=lambda: locked(life.silence, gen),
+        on_frames=lambda: locked(life.frames_again, gen),
+        on_drop=lambda reason: locked(life.lost, gen, dropped_note(reason)),
+        on_back=lambda: locked(life.back, gen),
+    )

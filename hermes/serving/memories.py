@@ -95,9 +95,10 @@ class StreamMemories:
         seen = loaded_view(loaded, snapshots) if loaded is not None else {}
         self.stream.publish(generation, lambda view: view.next(snapshots=snapshots, budget_bytes=budget_bytes, **seen))
 
-    def ingest(self, generation: int, chunk: Chunk) -> None:
+    def ingest(self, generation: int, chunk: Chunk, landed: Callable[[Chunk], None] = lambda chunk: None) -> None:
         """Every memory takes `chunk`, unless it is of an older generation, the memories failed, or
-        a full cache is at its bound; the view published after it carries the alerts that fired."""
+        a full cache is at its bound; the view published after it carries the alerts that fired.
+        `landed(chunk)` is told once the chunk is in memory (a network source measures its latency)."""
         life = self.stream.life
         if not life.current(generation) or life.memory_failed or not self.takes(generation):
             return
@@ -106,6 +107,7 @@ class StreamMemories:
         except StreamBound as bound:  # a chunk longer than the last one passed rekv's bound after all
             self._stop_at_bound(generation, str(bound))
             return
+        landed(chunk)
         wall_s = time.monotonic() - life.started
         reading = memory_reading(self.lm.device)
         snapshots = self.snapshots()

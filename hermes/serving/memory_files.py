@@ -22,7 +22,7 @@ from hermes.memory.persist import MemoryFile
 from hermes.models.base import VideoLM
 from hermes.serving.admission import host_memory_cap
 from hermes.serving.checkpoints import SUFFIX, Checkpointer
-from hermes.serving.feed import Feed
+from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.memories import StreamMemories
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle
@@ -74,9 +74,10 @@ class MemoryFiles:
     """Save, load and checkpoint one stream's memory, and go on streaming into a loaded one (a part
     of its `LiveStream`, whose source and admission it starts as the stream's own controls do)."""
 
-    def __init__(self, stream: Adopting, memories: StreamMemories) -> None:
+    def __init__(self, stream: Adopting, memories: StreamMemories, hooks: Callable[[int], FeedHooks]) -> None:
         self.stream = stream
         self._memories = memories  # touched in jobs on the model thread only
+        self._hooks = hooks  # what a source of generation n of the stream reports to
         self.checkpointer: Checkpointer | None = None
         self._loaded: tuple[int, float, int] | None = None  # generation, resume time and frames of a loaded memory
 
@@ -130,7 +131,7 @@ class MemoryFiles:
         with stream._admit(stream, settings):  # a running stream counts against the server's limit
             info = check_start(path, settings.fps)
             stream.feed.set_speed(speed)
-            source = stream.feed.file(Path(path), settings, stream._hooks(gen), f"read-{stream.key}", start, first)
+            source = stream.feed.file(Path(path), settings, self._hooks(gen), f"read-{stream.key}", start, first)
             stream._start_source(gen, source, info.name, info.duration)
         stream.touch()
         return info

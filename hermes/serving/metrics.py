@@ -39,6 +39,8 @@ def _numbers(view: LiveView, status: StreamStatus, reading: MemoryReading, lm: V
         "queued_chunks": status.queued_chunks,
         "dropped_frames": status.dropped_frames,
         "skipped_frames": status.skipped_frames,  # of the file, that could not be decoded
+        # A network stream: its link, what the model skipped to stay live, glass-to-memory latency.
+        "network": None if status.network is None else dataclasses.asdict(status.network),
         "policies": list(view.snapshots),  # the memories side by side; the per-policy numbers below
         "frames_in_memory": dict(view.frames_in_memory),
         "cache_bytes": {p: s.cache_bytes for p, s in view.snapshots.items()},

@@ -22,6 +22,7 @@ class StreamState(str, Enum):
     STREAMING = "streaming"
     PAUSED = "paused"
     WAITING = "waiting for the webcam"  # the camera stopped sending frames; the next one goes on
+    RECONNECTING = "reconnecting"  # a network stream dropped; its memory waits while it is reopened
     FINISHING = "finishing"  # the source ended; chunks are still on their way to the model
     FINISHED = "finished"  # the file was read to its end
     STOPPED = "stopped"  # by the viewer, or by the stream itself at a bound (the note says why)
@@ -34,7 +35,7 @@ class StreamState(str, Enum):
     @property
     def takes_frames(self) -> bool:
         """Whether a source is feeding the stream now (paused included: it resumes where it was)."""
-        return self in (StreamState.STREAMING, StreamState.PAUSED, StreamState.WAITING)
+        return self in (StreamState.STREAMING, StreamState.PAUSED, StreamState.WAITING, StreamState.RECONNECTING)
 
     @property
     def runs(self) -> bool:
@@ -104,6 +105,20 @@ class Lifecycle:
         """The webcam of `generation` sends frames again: the stream goes on where it was."""
         if self.current(generation) and self.state is StreamState.WAITING:
             self.state, self.note = StreamState.STREAMING, None
+
+    def lost(self, generation: int, note: str) -> None:
+        """The network stream of `generation` dropped and is being reopened: say so, once."""
+        if self.current(generation) and self.state is StreamState.STREAMING:
+            self.state, self.note = StreamState.RECONNECTING, note
+            self.notices.append(note)
+            del self.notices[:-NOTICES_KEPT]
+
+    def back(self, generation: int) -> None:
+        """The network stream of `generation` is back: the stream goes on where its time is."""
+        if self.current(generation) and self.state is StreamState.RECONNECTING:
+            self.state, self.note = StreamState.STREAMING, None
+            self.notices.append("The stream is back: it goes on, with its memory and chat as they were.")
+            del self.notices[:-NOTICES_KEPT]
 
     def end(self, generation: int) -> None:
         """The source of `generation` ran out (the file ended)."""

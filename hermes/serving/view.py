@@ -21,6 +21,7 @@ from hermes.engine.watch import MAX_STANDING, WatchCheck
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.serving.answers import AnswerEvent
 from hermes.serving.feed import Feed
+from hermes.serving.network import NetworkNumbers
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle, StreamState
 from hermes.video.errors import skipped_summary
@@ -34,6 +35,10 @@ HISTORY_LIMIT = 1000
 ANSWER_LIMIT = 200
 ALERT_LIMIT = 50
 WATCH_LIMIT = MAX_STANDING * HISTORY_LIMIT  # checks kept for the plot: every standing question per chunk
+GAP_LIMIT = 20  # holes in the stream time kept for the retained-token map
+# Stream time missing between two chunks beyond one frame interval that the map marks as a hole: a
+# network stream that dropped, a model that skipped to the live edge, a webcam that fell silent.
+GAP_S = 2.0
 
 # Per layer: (stream ids, guidance weights) over the layer's video slots, or None where not probed.
 AttentionLayers = tuple[tuple[np.ndarray, np.ndarray] | None, ...]
@@ -137,6 +142,8 @@ class LiveView:
     watch_history: tuple[WatchPoint, ...] = ()
     alerts: tuple[Alert, ...] = ()
     alert_count: int = 0
+    # Holes in what the memory saw: (the first frame after the hole, its seconds), the latest GAP_LIMIT.
+    gaps: tuple[tuple[int, float], ...] = ()
 
     def model_fps(self, last: int = 8) -> float | None:
         """Frames the model reads per second of its own work (prefill and compression, every
@@ -171,6 +178,7 @@ class LiveView:
         frame = thumbnail(chunk.pixels[-1])
         points, alerts = watch_records(reports, thumbnail(frame, ALERT_SIDE), self.alert_count)
         return self.next(
+            gaps=(*self.gaps, *self._holes(chunk))[-GAP_LIMIT:],
             snapshots=snapshots,
             frame_tokens=self.frame_tokens.extended(chunk.num_frames, report.tokens / prefilled),
             frames_seen=report.frames_seen,
@@ -184,6 +192,14 @@ class LiveView:
             frames_in_memory={p: s.frames_in_memory() for p, s in snapshots.items()},
             attention={**self.attention, **{p: r.attention for p, r in reports.items() if measured(r.attention)}},
         )
+
+    def _holes(self, chunk: Chunk) -> list[tuple[int, float]]:
+        """Where `chunk`, after the frames before it, leaves out more than GAP_S of stream time: (the
+        frame after the hole, the seconds left out)."""
+        before = [self.stream_time_s] if self.frames_seen else []
+        steps = np.diff([*before, *chunk.timestamps.tolist()]) - 1.0 / self.settings.fps
+        first = self.frames_seen - len(before) + 1  # the frame after the first step
+        return [(first + int(i), float(steps[i])) for i in np.flatnonzero(steps > GAP_S)]
 
     def fresh(self, settings: StreamSettings) -> LiveView:
         """The next view of a stream that starts over with `settings`: nothing drawn yet, and the
@@ -212,6 +228,7 @@ class StreamStatus:
     # Where in the video a viewer would be now, at the source's pace (None: unpaced or not started).
     position_s: float | None = None
     duration_s: float | None = None  # a file's total length (None: a webcam, or no source)
+    network: NetworkNumbers | None = None  # a network stream's link, skips and latency
 
 
 def stream_status(life: Lifecycle, fed_by: Feed, queued: int) -> StreamStatus:
@@ -235,6 +252,7 @@ def stream_status(life: Lifecycle, fed_by: Feed, queued: int) -> StreamStatus:
         skipped=skipped_summary(skips),
         position_s=feed.position_s() if feed is not None and state is StreamState.STREAMING else None,
         duration_s=fed_by.duration_s,
+        network=fed_by.network.numbers() if fed_by.network is not None else None,
     )
 
 
