@@ -269,7 +269,7 @@ def test_one_viewer_flooding_questions_neither_fills_the_batch_nor_stops_another
         assert wait_for(lambda: viewer.view().chunks > 0, 60)
         log: list[str] = []
         ingest = viewer._memories.ingest
-        viewer._memories.ingest = lambda gen, chunk: log.append("chunk") or ingest(gen, chunk)
+        viewer._memories.ingest = lambda gen, chunk, **kw: log.append("chunk") or ingest(gen, chunk, **kw)
         tickets = [flood.ask("What happens?", max_new_tokens=64) for _ in range(MAX_QUESTIONS_IN_FLIGHT)]
         with pytest.raises(QuestionError, match="Wait for your previous answer: at most 2 questions"):
             flood.ask("And now?")

@@ -171,20 +171,9 @@ class LiveStream:
         """Start a network stream into fresh memories; its URL as shown. UrlRefused, or StreamError within
         seconds, when it cannot be opened (a running stream goes on untouched); Busy when admission
         refuses. `reader`: the `NetworkReader`'s options (its timeouts)."""
-        settings = settings or self.settings
-        reader = {"queue_frames": max(2, settings.chunk_frames)} | reader  # the newest chunk's frames
-        checked = urls.check(url)  # a refused URL costs nothing, not even a slot
-        with self._admit(self, settings):
-            stream = opened(checked, settings.fps, f"decode-{self.key}", **reader)
-            try:
-                gen = self._reset(settings)
-                source = self.feed.stream(stream, settings, source_hooks(self, gen), f"read-{self.key}")
-                self._start_source(gen, source, stream.name)
-            except BaseException:
-                stream.stop()
-                raise
+        name = start_network(self, urls.check(url), settings or self.settings, reader)
         self.touch()  # the lease counts from the start's end: opening the stream may take seconds
-        return stream.name
+        return name
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
         """Feed one webcam frame. Unless a file is playing or a webcam stream exists (running or
@@ -341,6 +330,23 @@ class LiveStream:
         if not isinstance(exc, JobCancelled):
             message = job_error_message(exc, "on this stream", " Press Reset to start over.")
             self.halt(gen, StreamState.ERROR, message, error=True, memory_failed=True)
+
+
+def start_network(stream: LiveStream, url: str, settings: StreamSettings, reader: dict) -> str:
+    """Open the network stream at `url` (already allowed) inside `stream`'s admission, start over and
+    watch it; its name. A refused start opens nothing; a stream that does not open leaves the running
+    one untouched."""
+    reader = {"queue_frames": max(2, settings.chunk_frames)} | reader  # the newest chunk's frames
+    with stream._admit(stream, settings):
+        network = opened(url, settings.fps, f"decode-{stream.key}", **reader)
+        try:
+            gen = stream._reset(settings)
+            source = stream.feed.stream(network, settings, source_hooks(stream, gen), f"read-{stream.key}")
+            stream._start_source(gen, source, network.name)
+        except BaseException:
+            network.stop()
+            raise
+    return network.name
 
 
 def source_hooks(stream: LiveStream, gen: int) -> FeedHooks:
