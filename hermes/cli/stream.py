@@ -4,9 +4,12 @@ MP4 over HTTP), as a live stream and answer questions at given times."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -201,13 +204,20 @@ def cmd_stream(args: argparse.Namespace) -> int:
     frames = source.frames(session, lambda note: _print_note(args, note, bar))
     if end is not None:
         frames = itertools.takewhile(lambda frame: frame.t <= end, frames)
+    frames = itertools.takewhile(lambda frame: not source.stop_requested.is_set(), frames)
     try:
-        _print_events(
-            args, replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens), bar, saver
-        )
+        with _ctrl_c_ends(source.stop_requested):
+            _print_events(
+                args,
+                replay(session, frames, questions, speed=args.speed, max_new_tokens=args.max_new_tokens),
+                bar,
+                saver,
+            )
+        if source.stop_requested.is_set():
+            _print_note(args, {"event": "stopped", "note": "interrupted"}, bar)
     except StreamBound as bound:  # a bound of the policy (rekv's host memory): the stream stops, with the reason
         _print_note(args, {"event": "stopped", "note": str(bound)}, bar)
-    except KeyboardInterrupt:  # Ctrl-C ends a stream: what was read stays, and is saved
+    except KeyboardInterrupt:  # a second Ctrl-C: stop at once; what was read stays, and is saved
         _print_note(args, {"event": "stopped", "note": "interrupted"}, bar)
     finally:
         source.close()
@@ -230,6 +240,7 @@ class _FileFrames:
         self.path = path
         self.info = check_start(path, fps)
         self._frames = None
+        self.stop_requested = threading.Event()  # set by Ctrl-C: the stream ends at its next frame
 
     def total(self, fps: float) -> int:
         return max(1, int(self.info.duration * fps) + 1)
@@ -266,6 +277,7 @@ class _NetworkFrames:
         self.reader.wait_open()
         self._links: list[dict] = []  # what the reader's thread said, printed by the main thread
         self.reader.on_link = self._heard
+        self.stop_requested = threading.Event()  # set by Ctrl-C: the stream ends, even while it is stalled
 
     def _heard(self, link, detail: str | None) -> None:
         from hermes.video.network import Link
@@ -282,7 +294,7 @@ class _NetworkFrames:
         from hermes.video.decoding import Frame
 
         start = start_time(session)  # a resumed memory's stream time goes on
-        while not self.reader.done:
+        while not self.reader.done and not self.stop_requested.is_set():
             while self._links:
                 say(self._links.pop(0))
             live = self.reader.get(0.2)
@@ -299,6 +311,27 @@ class _NetworkFrames:
 
     def raise_damage(self) -> None:
         pass
+
+
+@contextlib.contextmanager
+def _ctrl_c_ends(stop: threading.Event) -> Iterator[None]:
+    """Ctrl-C asks the stream to end at its next frame (set `stop`) instead of raising in the middle
+    of whatever the main thread holds (a lock, a half-updated memory); a second Ctrl-C raises
+    KeyboardInterrupt as usual. Off the main thread, where signals cannot be caught, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def press(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, press)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _open_source(args: argparse.Namespace) -> _FileFrames | _NetworkFrames:
