@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import itertools
 import os
 import re
 import shutil
@@ -405,6 +406,39 @@ def test_a_browser_recording_is_read_through_a_fresh_container(corpus: dict[str,
         assert copy is not None and copy.exists()
         assert len(list(vf.frames(1.0))) == 2
     assert not copy.exists()
+
+
+def test_without_ffmpegs_programs_the_fallbacks_still_work(corpus: dict[str, Path], monkeypatch) -> None:
+    """A fresh container and decoding past damage run in this process (PyAV), so an install with no
+    `ffmpeg` program (pip only, a Space) reads what one with it reads."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert shutil.which("ffmpeg") is None and shutil.which("ffprobe") is None
+    with VideoFile(corpus["browser_recording.webm"]) as vf:
+        assert vf._remuxed is not None and len(list(vf.frames(1.0))) == 2
+    with VideoFile(corpus[DAMAGED.name]) as vf:
+        got = list(UntilDamage(vf.frames(1.0)))
+        assert [f.t for f in got] == [0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 7.0] and vf.rescued_frames > 0
+
+
+def test_mpeg_ts_streams_as_hls_segments_and_recorders_write_it(tmp_path: Path) -> None:
+    """MPEG-TS as it comes off the air: an HLS segment (sound beside the picture, its clock at 8 s)
+    and a recording that begins mid-broadcast (cut at a packet, no key frame first) both stream, a
+    frame each second, every one decoded and each a new picture."""
+    segment, whole, cut = tmp_path / "segment.ts", tmp_path / "whole.ts", tmp_path / "cut.ts"
+    video = ["-f", "lavfi", "-i", "testsrc2=size=96x64:rate=10:duration=6"]
+    x264 = ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-g", "20"]
+    sound = ["-f", "lavfi", "-i", "sine=duration=6", "-c:a", "mp2", "-output_ts_offset", "8"]  # mp2: no priming
+    subprocess.run([clips.ffmpeg_path(), "-v", "error", *video, *sound, *x264, str(segment)], check=True)
+    subprocess.run([clips.ffmpeg_path(), "-v", "error", *video, *x264, str(whole)], check=True)
+    data = whole.read_bytes()
+    cut.write_bytes(data[len(data) // 3 // 188 * 188 :])  # 188: the size of an MPEG-TS packet
+    for path, seconds in [(segment, 6), (cut, 4)]:
+        with VideoFile(path) as vf:
+            frames = UntilDamage(vf.frames(1.0))
+            got = list(frames)
+            assert frames.damage is None and not frames.skips and vf.rescued_frames == 0
+        assert [f.t for f in got] == [float(t) for t in range(seconds)], path.name
+        assert all(np.abs(a.image.astype(int) - b.image).mean() > 3 for a, b in itertools.pairwise(got))
 
 
 def test_a_damaged_frame_is_skipped_and_the_stream_goes_on(corpus: dict[str, Path]) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 from PIL import Image
 
 from hermes.video.errors import Skipped, VideoDamaged, VideoError
-from hermes.video.native import ffmpeg_tool, frame_size, remux
+from hermes.video.libav import frame_size, pyav, remux
 from hermes.video.reader import FrameReader, OpenFailed, open_reason
 
 DEFAULT_MAX_SIDE = 768
@@ -227,8 +227,8 @@ class VideoFile:
     Opening checks the file (exists, non-empty, frames within `max_pixels` by its header), reads the
     index and decodes the first frame, so a bad file fails here with VideoError naming the file and
     the reason. A file that decord cannot open by itself (a browser recording without a duration,
-    Ogg, an MPEG program stream) is first copied, stream untouched, into a fresh container with
-    ffmpeg (`hermes.video.native.remux`); that copy lives until `close`. Not thread-safe: use one
+    Ogg, an MPEG program stream) is first copied, stream untouched, into a fresh container by
+    FFmpeg (`hermes.video.libav.remux`); that copy lives until `close`. Not thread-safe: use one
     VideoFile per consumer thread.
     """
 
@@ -300,8 +300,8 @@ class VideoFile:
             failed = e
         self._remuxed = remux(self.path) if failed.container else None
         if self._remuxed is None:
-            rewritable = failed.container and not ffmpeg_tool("ffmpeg")
-            hint = " (install ffmpeg to have its container rewritten)" if rewritable else ""
+            rewritable = failed.container and pyav() is None
+            hint = " (install PyAV, pip install av, to have its container rewritten)" if rewritable else ""
             raise VideoError(self.path, failed.reason + hint) from failed
         self._cleanup = weakref.finalize(self, self._remuxed.unlink, missing_ok=True)
         try:

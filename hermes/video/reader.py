@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hermes.video.native import codec_name, decord, ffmpeg_frames, ffmpeg_tool, quiet_native, stream_start
+from hermes.video.libav import decode_at, pyav, stream_start
+from hermes.video.native import codec_name, decord, quiet_native
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,9 @@ class FrameReader:
 
     def read_by_ffmpeg(self, indices: Sequence[int]) -> Iterator[np.ndarray | None]:
         """The frames at `indices` (ascending) decoded by FFmpeg in one pass, what `read` falls back to
-        (None for those it does not decode); without ffmpeg, each by a fresh decord reader."""
+        (None for those it does not decode); without PyAV, each by a fresh decord reader."""
         indices = [int(i) for i in indices]
-        if ffmpeg_tool("ffmpeg") is None:
+        if pyav() is None:
             for index in indices:
                 self._broken = True
                 yield self._decord_frame(index)
@@ -190,7 +191,7 @@ class FrameReader:
         before = self._keys[self._keys <= indices[0]]
         key = int(before[-1]) if len(before) else 0
         seek = float(self._starts[key] - self._slack[key])
-        images = ffmpeg_frames(self.path, starts, slack, self._frame_size, seek_s=seek, origin_s=self._origin)
+        images = decode_at(self.path, starts, slack, self._frame_size, seek_s=seek, origin_s=self._origin)
         for image in images:
             if image is not None:
                 self._frame_size = self._frame_size or (image.shape[1], image.shape[0])
