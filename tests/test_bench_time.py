@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from hermes.bench import BenchResult, BenchSettings, Point, headline, run_bench, synthetic_chunk
-from hermes.bench.peak import VisionTimer, chunk_flops, gemm_peak, vision_modules
+from hermes.bench.peak import VisionTimer, chunk_flops, vision_modules
 from hermes.bench.report import render_comparison, render_markdown, time_split
 from hermes.memory.config import HermesConfig
+from hermes.models.gemm import gemm_peak
 
 
 def test_a_run_times_the_vision_encoder_and_counts_the_flops(llava_lm) -> None:

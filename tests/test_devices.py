@@ -13,7 +13,7 @@ from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec
-from hermes.models import loading
+from hermes.models import gemm, loading
 from hermes.models.loading import cpu_has_bf16, load_video_lm, resolve_dtype
 from hermes.serving import admission
 from hermes.serving.settings import StreamSettings
@@ -25,7 +25,7 @@ QUESTION = "What is happening?"
 # -- dtype ----------------------------------------------------------------------------------------
 
 
-def test_auto_dtype_follows_the_cpu_flags(tmp_path, monkeypatch):
+def test_auto_dtype_follows_the_cpu_flags_and_speed(tmp_path, monkeypatch):
     amx = tmp_path / "amx"
     amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_tile\n")
     avx = tmp_path / "avx"
@@ -36,7 +36,12 @@ def test_auto_dtype_follows_the_cpu_flags(tmp_path, monkeypatch):
     assert not cpu_has_bf16(tmp_path / "missing")
     cpu = torch.device("cpu")
     monkeypatch.setattr(loading, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(loading, "cpu_bf16_pays", lambda: True)
     assert resolve_dtype("auto", cpu) == torch.bfloat16
+    # The flag without the speed (AVX-512 BF16 on a Xeon whose AMX is hidden): fp32 is faster there.
+    monkeypatch.setattr(loading, "cpu_bf16_pays", lambda: False)
+    assert resolve_dtype("auto", cpu) == torch.float32
+    monkeypatch.setattr(loading, "cpu_bf16_pays", lambda: True)
     monkeypatch.setattr(loading, "cpu_has_bf16", lambda: False)
     assert resolve_dtype("auto", cpu) == torch.float32
     assert resolve_dtype(None, cpu) == torch.float32  # the library's default is unchanged
@@ -230,3 +235,22 @@ def test_app_placement_flags(monkeypatch):
     assert (args.dtype, args.device_map) == ("bf16", "auto")
     assert app_module.parse_args(["--dtype", "fp32"]).dtype == "fp32"
     assert app_module.main(["--dtype", "fp8"]) == 2  # refused with one line, before anything loads
+
+
+def test_the_bf16_measurement_compares_the_two_rates(monkeypatch):
+    """`cpu_bf16_pays` keeps bf16 (half the memory) unless fp32 multiplies clearly faster."""
+    rates = {torch.bfloat16: 150e9, torch.float32: 260e9}  # an Intel Xeon with AVX-512 BF16, AMX hidden
+    monkeypatch.setattr(gemm, "gemm_peak", lambda dtype, device="cpu", side=gemm.CPU_SIDE: rates[dtype])
+    gemm.cpu_bf16_pays.cache_clear()
+    try:
+        assert not gemm.cpu_bf16_pays()
+        gemm.cpu_bf16_pays.cache_clear()
+        rates[torch.bfloat16] = 170e9  # an AMD EPYC (Zen 4), fp32 at 60
+        rates[torch.float32] = 60e9
+        assert gemm.cpu_bf16_pays()
+        gemm.cpu_bf16_pays.cache_clear()
+        rates[torch.bfloat16] = 230e9  # within the noise of fp32: bf16 for its memory
+        rates[torch.float32] = 260e9
+        assert gemm.cpu_bf16_pays()
+    finally:
+        gemm.cpu_bf16_pays.cache_clear()

@@ -20,42 +20,18 @@ from hermes.engine.chunk import Chunk
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
+from hermes.models.gemm import CPU_SIDE, gemm_peak, sync
 
-# Square matrices of this side: large enough to run at the peak, small enough for a quick measurement
-# (a GPU needs far larger ones than a CPU, or kernel launches are all that is timed).
-GEMM_SIDE = 1024
+# A GPU needs far larger matrices than a CPU to run at its peak, or kernel launches are all that is timed.
 GEMM_SIDE_ACCELERATOR = 8192
-GEMM_REPEATS = 5
 # The modules that encode frames, by the name the backbones give them (LLaVA-OneVision: SigLIP and
 # its projector; the Qwen-VL family: one `visual` module).
 VISION_MODULES = ("visual", "vision_tower", "multi_modal_projector")
 
 
-def gemm_peak(dtype: torch.dtype, device: torch.device | str = "cpu", side: int = GEMM_SIDE) -> float:
-    """FLOP/s of the fastest of a few (side x side) @ (side x side) multiplies in `dtype` on
-    `device`, with torch's current threads."""
-    gen = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(side, side, generator=gen, device=device).to(dtype)
-    b = torch.randn(side, side, generator=gen, device=device).to(dtype)
-    torch.matmul(a, b)  # first-call costs (library init, page faults) belong to no measurement
-    best = float("inf")
-    for _ in range(GEMM_REPEATS):
-        _sync(device)
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * side**3 / best
-
-
-def _sync(device: torch.device | str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def gemm_peaks(device: torch.device) -> dict[str, float]:
     """The GEMM peak in bf16 and fp32, in GFLOP/s."""
-    side = GEMM_SIDE if device.type == "cpu" else GEMM_SIDE_ACCELERATOR
+    side = CPU_SIDE if device.type == "cpu" else GEMM_SIDE_ACCELERATOR
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
     return {name: gemm_peak(dtype, device, side) / 1e9 for name, dtype in dtypes.items()}
 
@@ -88,11 +64,11 @@ class VisionTimer:
         self._handles.clear()
 
     def _begin(self, module: torch.nn.Module, args: tuple) -> None:
-        _sync(self.device)
+        sync(self.device)
         self._start = time.perf_counter()
 
     def _end(self, module: torch.nn.Module, args: tuple, output: object) -> None:
-        _sync(self.device)
+        sync(self.device)
         self._ms += (time.perf_counter() - self._start) * 1000
 
     def take(self) -> float:

@@ -13,6 +13,7 @@ from transformers.utils import logging as hf_logging
 
 from hermes.models.base import VideoLM
 from hermes.models.card import ModelCard
+from hermes.models.gemm import cpu_bf16_pays
 from hermes.models.llava_onevision import LlavaOnevision
 from hermes.models.qwen2_5_vl import Qwen25VL
 from hermes.models.qwen3_5 import Qwen35, Qwen35Moe
@@ -94,8 +95,9 @@ def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """The torch dtype for `dtype` ('auto', 'bf16', 'fp16', 'fp32' or a torch dtype) on `device`.
 
-    'auto': bf16 on CUDA (fp16 where the GPU lacks bf16), bf16 on a CPU with native bf16 (AMX or
-    AVX-512 BF16), fp32 on other CPUs and devices. None keeps the loader's default: bf16 (or
+    'auto': bf16 on CUDA (fp16 where the GPU lacks bf16); on a CPU, bf16 where it is native (AMX or
+    AVX-512 BF16) and its matrix multiplies are not clearly slower than fp32's (`cpu_bf16_pays`,
+    measured once), else fp32; fp32 on other devices. None keeps the loader's default: bf16 (or
     fp16) on CUDA, fp32 elsewhere.
     """
     if isinstance(dtype, torch.dtype):
@@ -106,7 +108,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
         return DTYPES[dtype]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if dtype == "auto" and device.type == "cpu" and cpu_has_bf16():
+    if dtype == "auto" and device.type == "cpu" and cpu_has_bf16() and cpu_bf16_pays():
         return torch.bfloat16
     return torch.float32
 
