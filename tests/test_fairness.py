@@ -27,9 +27,10 @@ import hermes.serving.live as live_module
 import hermes.serving.sources as sources_module
 from hermes.engine.metrics import trim_host_memory
 from hermes.serving import Busy, QuestionError, StreamState, VideoError
+from hermes.serving.jobs import Priority
 from hermes.serving.live import MAX_QUESTIONS_IN_FLIGHT
 from hermes.serving.registry import StreamRegistry
-from hermes.serving.worker import STEPS_PER_TURN, ModelWorker, Priority
+from hermes.serving.worker import STEPS_PER_TURN, ModelWorker
 from hermes.video.clips import make_clip
 from tests.helpers import SMALL, wait_for
 from tests.test_app import serve

@@ -14,9 +14,9 @@ import torch
 from hermes.engine.session import MAX_QUESTION_CHARS, QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.serving.admission import cache_bytes_for, full_slot_limit, prefix_len
+from hermes.serving.jobs import Priority
 from hermes.serving.live import LiveStream
 from hermes.serving.settings import StreamSettings
-from hermes.serving.worker import Priority
 from hermes.video.decoding import VideoError
 from tests.helpers import SMALL, hold_answers, streamed, wait_for
 

@@ -11,10 +11,10 @@ import threading
 import numpy as np
 import pytest
 
+from hermes.serving.jobs import Priority
 from hermes.serving.live import LiveStream
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import StreamState
-from hermes.serving.worker import Priority
 from hermes.video.network import StreamError
 from hermes.video.urls import UrlPolicy, UrlRefused
 from tests.helpers import assert_same_memory, memory_state, wait_for

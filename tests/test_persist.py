@@ -15,9 +15,8 @@ from safetensors.torch import save_file
 
 from hermes.engine.persist import load_session, read_session, save_session
 from hermes.engine.session import StreamingSession
-from hermes.memory.cache import HermesCache
 from hermes.memory.config import HermesConfig
-from hermes.memory.persist import MemoryFileError, read_memory
+from hermes.memory.persist import MemoryFileError, load_cache, read_memory, save_cache
 from tests.helpers import assert_same_memory, memory_state
 from tests.persist_child import FRAMES, QUESTION, chunk, go_on
 
@@ -127,14 +126,14 @@ def test_bf16_memories_keep_their_origin_keys(tmp_path):
 
 
 def test_the_library_saves_and_loads_a_cache_alone(llava_lm, tmp_path):
-    """`HermesCache.save` and `HermesCache.load`: the cache on its own, checked against a model's rotary."""
+    """`save_cache` and `load_cache`: the cache on its own, checked against a model's rotary."""
     session = _streamed(llava_lm)
-    session.memory.save(tmp_path / "cache", extra={"note": "mine"})
-    cache = HermesCache.load(tmp_path / "cache", rope=llava_lm.rope_spec(), dtype=llava_lm.dtype)
+    save_cache(session.memory, tmp_path / "cache", extra={"note": "mine"})
+    cache = load_cache(tmp_path / "cache", rope=llava_lm.rope_spec(), dtype=llava_lm.dtype)
     assert_same_memory(memory_state(session.memory), cache, storage=False)
     assert read_memory(tmp_path / "cache").header["extra"] == {"note": "mine"}
     with pytest.raises(MemoryFileError, match="saved in fp32 and the model runs in bf16"):
-        HermesCache.load(tmp_path / "cache", dtype=torch.bfloat16)
+        load_cache(tmp_path / "cache", dtype=torch.bfloat16)
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +188,7 @@ def test_damaged_truncated_and_foreign_files_are_refused_and_nothing_changes(sav
         with pytest.raises(MemoryFileError, match=reason):
             load_session(llava_lm, path)
         with pytest.raises(MemoryFileError, match=reason):
-            HermesCache.load(path)
+            load_cache(path)
     assert_same_memory(before, running.memory)  # the running stream is untouched
     assert read_session(saved).header["session"]["frames_seen"] == 2 * FRAMES
 

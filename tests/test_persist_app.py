@@ -194,7 +194,7 @@ def test_viewers_resume_their_own_checkpoint_and_no_other(streams, clips, tmp_pa
     key, found = viewers.hello("page-1", None)
     assert valid_key(key) and found is None
     first = streams("a")
-    viewers.attach("page-1", first)
+    viewers.attach("page-1", first.files)
     streamed(first, clips["short"])
     before = answer(first)
     assert wait_for(lambda: store.path(key).exists())
@@ -211,12 +211,12 @@ def test_viewers_resume_their_own_checkpoint_and_no_other(streams, clips, tmp_pa
     for forged in (key[:-1], key.upper(), "", None, "a" * 43):
         assert store.find(forged) is None
     with pytest.raises(MemoryFileError, match="no checkpoint to resume"):
-        viewers.resume("page-3", streams("c"))
+        viewers.resume("page-3", streams("c").files)
 
     later = Viewers(store)
     later.hello("page-2", key)
     resumed = streams("b")
-    assert "4 frames" in later.resume("page-2", resumed)
+    assert "4 frames" in later.resume("page-2", resumed.files)
     assert answer(resumed) == before
     later.attach("page-2", resumed)  # its checkpoint's size shows before its next save
     size = store.path(key).stat().st_size / 2**20

@@ -32,9 +32,9 @@ from hermes.engine.metrics import process_rss
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.serving import chat, view
+from hermes.serving.jobs import Priority
 from hermes.serving.live import MAX_CHUNK_BACKLOG, LiveStream
 from hermes.serving.settings import StreamSettings
-from hermes.serving.worker import Priority
 from hermes.video.chunking import Chunker
 from tests.helpers import wait_for
 

@@ -7,7 +7,8 @@ import time
 
 import torch
 
-from hermes.serving.worker import JobCancelled, Priority, is_out_of_memory
+from hermes.serving.jobs import JobCancelled, Priority
+from hermes.serving.worker import is_out_of_memory
 
 
 def test_questions_go_ahead_of_queued_chunks(worker):

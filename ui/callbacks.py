@@ -227,7 +227,7 @@ class Callbacks:
         stream = self.registry.get(request.session_hash or "anonymous")
         assert stream is not None  # get() creates it
         if self.viewers is not None:  # checkpointed under the key the page's browser keeps
-            self.viewers.attach(request.session_hash or "anonymous", stream)
+            self.viewers.attach(request.session_hash or "anonymous", stream.files)
         return stream
 
     # -- sources and controls ---------------------------------------------------------------

@@ -103,7 +103,7 @@ class FileCallbacks:
         """Start over holding the viewer's checkpoint."""
         stream = self.cb._stream(request)
         try:
-            summary = self.viewers.resume(request.session_hash or "anonymous", stream)
+            summary = self.viewers.resume(request.session_hash or "anonymous", stream.files)
         except (MemoryFileError, Busy, RuntimeError, TimeoutError) as exc:
             return (*refused(str(exc)), gr.skip())
         *shown, _ = self._loaded(stream, f"Resumed your last stream: {summary}.")

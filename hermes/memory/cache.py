@@ -20,11 +20,9 @@ in one step and rounds once, so keys do not drift however many compactions a str
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from transformers.cache_utils import Cache
@@ -424,29 +422,6 @@ class HermesCache(Cache):
             state_layers=len(self.state_layers),
             state_bytes=self.state_bytes(),
         )
-
-    # -- the memory file (hermes.memory.persist) -------------------------------------------------
-    def save(self, path: str | os.PathLike[str], extra: Mapping[str, Any] | None = None) -> int:
-        """Write the memory to `path` (safetensors, written atomically), `extra` (JSON data) beside
-        it; the bytes written. A stream's whole state: `hermes.engine.persist.save_session`."""
-        from hermes.memory.persist import save_cache
-
-        return save_cache(self, path, extra)
-
-    @classmethod
-    def load(
-        cls,
-        path: str | os.PathLike[str],
-        device: torch.device | str | Sequence[torch.device | str] | None = None,
-        rope: RopeSpec | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> HermesCache:
-        """The memory saved at `path`, on `device` (one, or one per decoder layer; default the CPU).
-        MemoryFileError when the file is damaged or not a memory, or, given the model's `rope` and
-        `dtype`, when it was saved for another model or dtype; nothing is half-loaded."""
-        from hermes.memory.persist import load_cache
-
-        return load_cache(path, device, rope, dtype)
 
     # -- filling ---------------------------------------------------------------------------------
     def reset(self) -> None:

@@ -20,7 +20,8 @@ from hermes.engine.methods import PolicySpec
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.models.base import VideoLM
 from hermes.serving.admission import gpu_margin
-from hermes.serving.worker import Job, JobCancelled, is_out_of_memory
+from hermes.serving.jobs import Job, JobCancelled
+from hermes.serving.worker import is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
 

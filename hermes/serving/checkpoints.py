@@ -21,13 +21,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hermes.engine.persist import MemoryFileError, file_summary, read_session, save_session
 from hermes.engine.session import StreamingSession
-
-if TYPE_CHECKING:  # a live stream holds its checkpointer: the type only, not a circle of imports
-    from hermes.serving.live import LiveStream
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +213,16 @@ class Checkpointer:
             log.warning("checkpoint of a stream not written: %s", exc)
 
 
+class Resumable(Protocol):
+    """A stream's memory files as the viewers' checkpoints use them (`LiveStream.files`)."""
+
+    checkpointer: Checkpointer | None
+
+    def keep(self, checkpointer: Checkpointer | None) -> None: ...
+
+    def load(self, path: str | os.PathLike[str]) -> str: ...
+
+
 class Viewers:
     """The viewers' keys by page session (a Gradio session hash), their checkpoints, and resuming."""
 
@@ -232,15 +239,15 @@ class Viewers:
             self._keys[session] = key
         return key, self.store.find(key)
 
-    def attach(self, session: str, stream: LiveStream) -> None:
-        """Checkpoint `stream` to the key of its page session, if the page said hello."""
+    def attach(self, session: str, files: Resumable) -> None:
+        """Checkpoint a stream's memory `files` to the key of its page session, if the page said hello."""
         with self._lock:
             key = self._keys.get(session)
-        if key is not None and stream.files.checkpointer is None:
-            stream.files.keep(Checkpointer(self.store, key))
+        if key is not None and files.checkpointer is None:
+            files.keep(Checkpointer(self.store, key))
 
-    def resume(self, session: str, stream: LiveStream) -> str:
-        """Load the page session's checkpoint into `stream`; one line about it. MemoryFileError when
+    def resume(self, session: str, files: Resumable) -> str:
+        """Load the page session's checkpoint into a stream's memory `files`; one line about it. MemoryFileError when
         there is none (never said hello, expired, deleted) or it cannot be loaded."""
         with self._lock:
             key = self._keys.get(session)
@@ -248,7 +255,7 @@ class Viewers:
         if path is None or not path.exists():
             raise MemoryFileError("There is no checkpoint to resume (it expired, or was never written).")
         try:
-            return stream.files.load(path)
+            return files.load(path)
         except MemoryFileError as exc:
             raise MemoryFileError(str(exc).replace(str(path), "the checkpoint")) from None
 

@@ -28,6 +28,7 @@ from hermes.models.base import VideoLM
 from hermes.serving.answers import AnswerBatch, AnswerTicket, job_error_message
 from hermes.serving.chat import Chat
 from hermes.serving.feed import Feed, FeedHooks
+from hermes.serving.jobs import JobCancelled, Priority
 from hermes.serving.memories import StreamMemories
 from hermes.serving.memory_files import MemoryFiles
 from hermes.serving.metrics import metrics_of
@@ -37,7 +38,7 @@ from hermes.serving.sources import Source
 from hermes.serving.state import Lifecycle, StreamState
 from hermes.serving.view import LiveView, StreamStatus, stream_status
 from hermes.serving.watching import Watchlist
-from hermes.serving.worker import JobCancelled, ModelWorker, Priority
+from hermes.serving.worker import ModelWorker
 from hermes.video.decoding import VideoInfo, check_start
 from hermes.video.urls import UrlPolicy
 

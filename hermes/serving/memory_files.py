@@ -23,11 +23,12 @@ from hermes.models.base import VideoLM
 from hermes.serving.admission import host_memory_cap
 from hermes.serving.checkpoints import SUFFIX, Checkpointer
 from hermes.serving.feed import Feed, FeedHooks
+from hermes.serving.jobs import JobCancelled, Priority
 from hermes.serving.memories import StreamMemories
 from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle
 from hermes.serving.view import LiveView
-from hermes.serving.worker import JobCancelled, ModelWorker, Priority
+from hermes.serving.worker import ModelWorker
 from hermes.video.decoding import VideoInfo, check_start
 
 T = TypeVar("T")

@@ -19,10 +19,8 @@ import heapq
 import itertools
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from hermes.serving.worker import Batch, Job
+from hermes.serving.jobs import Batch, Job
 
 
 class Turns:
