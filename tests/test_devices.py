@@ -4,6 +4,9 @@ control counted per device."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -254,3 +257,25 @@ def test_the_bf16_measurement_compares_the_two_rates(monkeypatch):
         assert gemm.cpu_bf16_pays()
     finally:
         gemm.cpu_bf16_pays.cache_clear()
+
+
+def test_the_thread_that_runs_a_model_flushes_denormals(llava_lm):
+    """A forward pass flushes denormals on its thread: a product in fp32's denormal range is then zero
+    (Gated DeltaNet's decays reach it, and a CPU computes many times slower there). Each thread
+    starts with IEEE arithmetic here (a new thread inherits its creator's setting)."""
+
+    def product(after: Callable[[], object]) -> float:
+        out: list[float] = []
+
+        def run() -> None:
+            torch.set_flush_denormal(False)
+            after()
+            out.append((torch.tensor([1e-39]) * 2.0).item())
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return out[0]
+
+    assert product(lambda: None) > 0
+    assert product(lambda: StreamingSession(llava_lm)) == 0.0  # its prefix is prefilled there

@@ -32,6 +32,7 @@ from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.memory.buffer import BufferLayer
 from hermes.memory.cache import HermesCache
 from hermes.models.base import VideoLM
+from hermes.models.gemm import flush_denormals
 
 # Room reserved after the longest row when a batch cache is (re)built, so that decoding rarely
 # grows it: a few answers' worth of tokens.
@@ -294,6 +295,7 @@ class BatchDecoder:
         self._padded = self._padded or not bool(new_columns.all())
         self._mask = torch.cat([self._mask, new_columns], dim=1)
         self._cache.reserve(width)
+        flush_denormals()
         out = self.lm.model(
             input_ids=torch.stack(input_ids),
             attention_mask=self._mask if self._padded else None,

@@ -19,6 +19,7 @@ from transformers.cache_utils import Cache
 from hermes.memory.cache import kv_bytes_per_token
 from hermes.memory.rope import RopeSpec
 from hermes.models.card import ModelCard
+from hermes.models.gemm import flush_denormals
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 
@@ -248,6 +249,7 @@ class VideoLM(ABC):
         Returns the logits of the last `logits_to_keep` tokens (1, k, vocab); prefills keep one,
         since full logits of a 3K-token chunk over a 150K vocabulary would be gigabytes.
         """
+        flush_denormals()
         # An input filter hands over the chunk's embeddings (with its tokens dropped) instead of ids.
         if "inputs_embeds" in model_kwargs:
             input_ids = None
