@@ -46,6 +46,6 @@ def test_offline_the_cpu_default_falls_back_to_the_toy_model_else_a_random_qwen3
 
 
 def test_the_hint_names_the_model_that_keeps_up() -> None:
-    assert keep_up_hint(DEFAULT_MODEL, "cpu").startswith(f"{CPU_DEFAULT_MODEL} keeps up")
+    assert keep_up_hint(DEFAULT_MODEL, "cpu").startswith(f"{CPU_DEFAULT_MODEL} reads about 1 frame/s")
     assert CPU_DEFAULT_MODEL not in keep_up_hint(CPU_DEFAULT_MODEL, "cpu")
     assert "fewer frames per second" in keep_up_hint(DEFAULT_MODEL, "cuda")
