@@ -1,4 +1,4 @@
-"""Size of a memory file (`stream --save-memory`, `HermesCache.save`) per model and budget.
+"""Size of a memory file (`stream --save-memory`, `save_cache`) per model and budget.
 
 A full memory at the real shapes of each model (from the configs in hermes/models/random7b.py):
 the text prefix, the summary slot and `budget` video slots in every key-value layer, and a hybrid
