@@ -218,7 +218,7 @@ def test_viewers_resume_their_own_checkpoint_and_no_other(streams, clips, tmp_pa
     resumed = streams("b")
     assert "4 frames" in later.resume("page-2", resumed.files)
     assert answer(resumed) == before
-    later.attach("page-2", resumed)  # its checkpoint's size shows before its next save
+    later.attach("page-2", resumed.files)  # its checkpoint's size shows before its next save
     size = store.path(key).stat().st_size / 2**20
     assert resumed.files.checkpoint_line().startswith(f"checkpoint {size:,.2f} MiB (every 100 chunks)")
 
