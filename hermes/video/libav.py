@@ -1,5 +1,6 @@
-"""FFmpeg's own libraries in this process, through PyAV: what the file reader asks of FFmpeg when
-decord cannot do it alone, and the live reader's only decoder (hermes.video.network).
+"""FFmpeg's own libraries in this process, through PyAV (the binding the live reader,
+hermes.video.network, decodes with): what the file reader asks of FFmpeg when decord cannot do it
+alone.
 
 decord stays the file reader (fast seeking by index, frames scaled while decoding). When it cannot
 open a file (a browser recording without a duration or an index, Ogg, an MPEG program stream) the
@@ -16,13 +17,15 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any, TypeVar
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def pyav() -> ModuleType | None:
@@ -39,37 +42,38 @@ def _video_stream(container):
     return streams[0] if streams else None
 
 
-def frame_size(path: Path) -> tuple[int, int] | None:
-    """(width, height) of the file's first video stream as its header gives them (None when it does
-    not say, or the file does not open); what FFmpeg reads to open a file, no more."""
+def _from_header(path: Path, read: Callable[[Any], T], default: T) -> T:
+    """`read(the file's first video stream)` with the file opened as FFmpeg opens it (its header and
+    what it probes to fill it, no frame decoded), or `default` without PyAV, without a video
+    stream, or when the file does not open."""
     av = pyav()
     if av is None:
-        return None
+        return default
     try:
         with av.open(str(path)) as container:
             stream = _video_stream(container)
-            if stream is None or stream.codec_context is None:
-                return None
-            w, h = stream.codec_context.width, stream.codec_context.height
+            return default if stream is None else read(stream)
     except (av.error.FFmpegError, OSError, ValueError):
-        return None
-    return (w, h) if w > 0 and h > 0 else None
+        return default
+
+
+def frame_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) of the file's first video stream as its header gives them (None when it does
+    not say, or the file does not open)."""
+
+    def size(stream) -> tuple[int, int] | None:
+        context = stream.codec_context
+        if context is None or min(context.width, context.height) <= 0:
+            return None
+        return context.width, context.height
+
+    return _from_header(path, size, None)
 
 
 def stream_start(path: Path) -> float:
     """When the file's first video stream starts, in seconds on the container's clock (0 when
     unknown). decord counts frame times from there."""
-    av = pyav()
-    if av is None:
-        return 0.0
-    try:
-        with av.open(str(path)) as container:
-            stream = _video_stream(container)
-            if stream is None or stream.start_time is None:
-                return 0.0
-            return float(stream.start_time * stream.time_base)
-    except (av.error.FFmpegError, OSError, ValueError):
-        return 0.0
+    return _from_header(path, lambda s: 0.0 if s.start_time is None else float(s.start_time * s.time_base), 0.0)
 
 
 def remux(path: Path) -> Path | None:
