@@ -4,7 +4,9 @@ control counted per device."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -17,7 +19,8 @@ from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
 from hermes.memory.rope import RopeSpec
 from hermes.models import gemm, loading
-from hermes.models.loading import cpu_has_bf16, load_video_lm, resolve_dtype
+from hermes.models.gemm import cpu_has_bf16
+from hermes.models.loading import load_video_lm, resolve_dtype
 from hermes.serving import admission
 from hermes.serving.settings import StreamSettings
 from tests.helpers import random_chunk
@@ -55,6 +58,34 @@ def test_auto_dtype_follows_the_cpu_flags_and_speed(tmp_path, monkeypatch):
     assert resolve_dtype("auto", torch.device("cuda")) == torch.float16
     with pytest.raises(ValueError, match="bf16"):
         resolve_dtype("int8", cpu)
+
+
+def test_the_bf16_verdict_is_measured_once_per_machine_and_shared(tmp_path, monkeypatch):
+    """Processes on one machine (the shards of an evaluation) compute in one precision: the first
+    to ask measures under the file's lock, the others wait and read; a broken file measures again."""
+    monkeypatch.setenv("HERMES_CACHE", str(tmp_path))
+    measured: list[bool] = []
+
+    def measure() -> bool:
+        time.sleep(0.2)  # long enough for the other thread to reach the lock
+        measured.append(len(measured) % 2 == 0)  # a second measurement would disagree
+        return measured[-1]
+
+    monkeypatch.setattr(gemm, "measure_bf16_pays", measure)
+    answers: list[bool] = []
+    threads = [threading.Thread(target=lambda: answers.append(gemm.cpu_bf16_pays.__wrapped__())) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [True, True] and measured == [True]
+    kept = json.loads((tmp_path / gemm.VERDICT_FILE).read_text())
+    assert list(kept.values()) == [True] and torch.__version__ in next(iter(kept))
+    (tmp_path / gemm.VERDICT_FILE).write_text("{torn")
+    assert gemm.cpu_bf16_pays.__wrapped__() is False and measured == [True, False]
+    monkeypatch.setenv("HERMES_CACHE", str(tmp_path / gemm.VERDICT_FILE / "not-a-folder"))
+    assert gemm.cpu_bf16_pays.__wrapped__() is True and len(measured) == 3  # measured, not kept
+    assert gemm.cpu_model(tmp_path / "missing") == "unknown CPU"
 
 
 def test_bad_placement_is_refused_before_loading():

@@ -458,7 +458,8 @@ def test_eval_sharded_by_a_launcher_equals_one_process(eval_videos: Path, tmp_pa
         "tiny-qwen",
     ]
     common += ["--fps", "1", "--chunk-frames", "2", "--budget", "100", "--max-new-tokens", "2", "--no-progress"]
-    # One thread each, as torchrun gives its processes: the same sums in the same order.
+    # One thread each, as torchrun gives its processes: the same sums in the same order. --dtype is
+    # left at auto: the processes read one kept verdict on bf16, so they compute in one precision.
     common += ["--threads", "1"]
     assert main(["eval", *common, "--out", str(tmp_path / "one.jsonl")]) == 0
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]

@@ -13,7 +13,7 @@ from transformers.utils import logging as hf_logging
 
 from hermes.models.base import VideoLM
 from hermes.models.card import ModelCard
-from hermes.models.gemm import cpu_bf16_pays
+from hermes.models.gemm import cpu_bf16_pays, cpu_has_bf16
 from hermes.models.llava_onevision import LlavaOnevision
 from hermes.models.qwen2_5_vl import Qwen25VL
 from hermes.models.qwen3_5 import Qwen35, Qwen35Moe
@@ -56,9 +56,6 @@ DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16,
 DTYPE_CHOICES = ("auto", *DTYPES)
 # accelerate's strategies for spreading a model over the visible GPUs (and the CPU when it must).
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-# CPU flags of native bf16 matrix arithmetic (Intel AMX, AVX-512 BF16): there bf16 runs about 3x
-# faster than fp32; elsewhere a CPU emulates bf16 and fp32 is the faster choice.
-CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 class ModelLoadError(RuntimeError):
@@ -80,16 +77,6 @@ def default_model(device: str | torch.device | None = None) -> str:
 def requested_model(name: str | None, device: str | torch.device | None = None) -> str:
     """The model a command serves: `name` (--model), else $HERMES_MODEL, else the device's default."""
     return name or os.environ.get("HERMES_MODEL") or default_model(device)
-
-
-def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
-    """Whether this CPU computes bf16 natively (AMX or AVX-512 BF16), from the kernel's CPU flags."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:  # not Linux: no flags to read, so assume emulated bf16
-        return False
-    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[-1].split()}
-    return any(flag in flags for flag in CPU_BF16_FLAGS)
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:

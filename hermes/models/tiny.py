@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from hermes.models.cachedir import cache_root
+
 SUPPORTED_ARCHS: tuple[str, ...] = ("llava_onevision", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 
 # Bump when the builder output changes, so cached checkpoints are rebuilt, not reused.
@@ -577,12 +579,6 @@ def build_tiny(
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return out
-
-
-def cache_root() -> Path:
-    """Root of the HERMES cache: $HERMES_CACHE, else ~/.cache/hermes."""
-    env = os.environ.get("HERMES_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "hermes"
 
 
 def default_tiny_dir(arch: str, num_layers: int, seed: int = 0) -> Path:

@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hermes.models.cachedir import cache_root
 from hermes.models.tiny import (
     LLAVA_CHAT_TEMPLATE,
     LLAVA_SPECIALS,
@@ -31,7 +32,6 @@ from hermes.models.tiny import (
     QWEN_CHAT_TEMPLATE,
     QWEN_VL_SPECIALS,
     bytes_to_unicode,
-    cache_root,
 )
 
 # Bump when the files written change, so that cached tokenizers are rebuilt.
