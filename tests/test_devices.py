@@ -272,22 +272,14 @@ def test_app_placement_flags(monkeypatch):
 
 
 def test_the_bf16_measurement_compares_the_two_rates(monkeypatch):
-    """`cpu_bf16_pays` keeps bf16 (half the memory) unless fp32 multiplies clearly faster."""
+    """The measurement keeps bf16 (half the memory) unless fp32 multiplies clearly faster."""
     rates = {torch.bfloat16: 150e9, torch.float32: 260e9}  # an Intel Xeon with AVX-512 BF16, AMX hidden
     monkeypatch.setattr(gemm, "gemm_peak", lambda dtype, device="cpu", side=gemm.CPU_SIDE: rates[dtype])
-    gemm.cpu_bf16_pays.cache_clear()
-    try:
-        assert not gemm.cpu_bf16_pays()
-        gemm.cpu_bf16_pays.cache_clear()
-        rates[torch.bfloat16] = 170e9  # an AMD EPYC (Zen 4), fp32 at 60
-        rates[torch.float32] = 60e9
-        assert gemm.cpu_bf16_pays()
-        gemm.cpu_bf16_pays.cache_clear()
-        rates[torch.bfloat16] = 230e9  # within the noise of fp32: bf16 for its memory
-        rates[torch.float32] = 260e9
-        assert gemm.cpu_bf16_pays()
-    finally:
-        gemm.cpu_bf16_pays.cache_clear()
+    assert not gemm.measure_bf16_pays()
+    rates[torch.bfloat16], rates[torch.float32] = 170e9, 60e9  # an AMD EPYC (Zen 4)
+    assert gemm.measure_bf16_pays()
+    rates[torch.bfloat16], rates[torch.float32] = 230e9, 260e9  # within the noise of fp32: bf16 for its memory
+    assert gemm.measure_bf16_pays()
 
 
 def test_the_thread_that_runs_a_model_flushes_denormals(llava_lm):
