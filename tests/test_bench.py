@@ -185,7 +185,7 @@ def test_headline_verdicts() -> None:
     assert cache["value"] == [200, 201] and cache["met"] is False  # 16 frames are under the budget
     compress = lines["hermes compression ms / prefill ms per chunk"]
     assert compress["value"] == pytest.approx(0.05) and compress["met"] is True
-    assert "guidance pass: 2.5 ms" in compress["text"]
+    assert "the guidance: 2.5 ms" in compress["text"]
     ingest = lines["hermes ingest frames/s"]
     assert ingest["value"] == pytest.approx(3 * 16 / 0.33) and ingest["met"] is True  # 48 frames in 330 ms
 

@@ -8,7 +8,7 @@ import torch
 
 from hermes.bench import BenchResult, BenchSettings, Point, headline, run_bench, synthetic_chunk
 from hermes.bench.peak import VisionTimer, chunk_flops, vision_modules
-from hermes.bench.report import render_comparison, render_markdown, time_split
+from hermes.bench.report import compressing, render_comparison, render_markdown, time_split
 from hermes.memory.config import HermesConfig
 from hermes.models.gemm import gemm_peak
 
@@ -33,7 +33,11 @@ def test_a_run_times_the_vision_encoder_and_counts_the_flops(llava_lm) -> None:
     assert split is not None and 0 < split.vision_ms < split.prefill_ms and split.peak_dtype == "fp32"
     table = render_markdown(result)
     assert "Where a hermes chunk's time goes" in table and "GEMM peak" in table
-    assert any(h["name"].startswith("hermes guidance pass ms / prefill ms") for h in headline(result))
+    # Every chunk compresses (392 tokens a chunk, a budget of 256): every other one runs the guidance
+    # pass on its own, so that the riding prompt's cost is measured against them.
+    assert [s for p in result.points for s in p.separate] == [False, True, False, True]
+    guidance = next(h for h in headline(result) if h["name"].startswith("hermes guidance ms / prefill ms"))
+    assert "the prompt riding on the prefill" in guidance["text"]
 
 
 def test_the_flop_count_splits_vision_from_the_language_model(llava_lm) -> None:
@@ -106,3 +110,31 @@ def test_the_split_and_the_verdicts_from_made_up_points() -> None:
     table = render_comparison([fast, slow])
     assert "| a |" in table and "4.0% (met)" in table and "30.0% (missed)" in table and "70% of bf16" in table
     assert "40%" in table  # the vision encoder's share of the prefill
+
+
+def test_a_riding_prompt_is_costed_against_the_comparison_chunks() -> None:
+    """Every other compressing chunk ran the guidance pass on its own: the riding prompt's cost is
+    the difference of the two prefills, and the ingest rate leaves the comparison chunks out."""
+    point = Point(
+        "hermes",
+        16,
+        ttft_ms=[10.0],
+        prefill_ms=[90.0, 103.0, 100.0, 104.0, 100.0],
+        compress_ms=[0.0, 2.0, 31.0, 2.0, 31.0],
+        guidance_ms=[0.0, 0.5, 30.0, 0.5, 30.0],
+        vision_ms=[40.0] * 5,
+        evicted=[0, 1, 1, 1, 1],
+        chunk_frames=[4] * 5,
+        separate=[False, False, True, False, True],
+        ingested_frames=20,
+        cache_bytes=1,
+    )
+    result = BenchResult(_result("a", 0.0).meta, [point])
+    steady = compressing(result)
+    assert (steady.prefill, steady.alone_prefill, steady.count, steady.alone_count) == (103.5, 100.0, 2, 2)
+    assert steady.guidance_cost == pytest.approx(4.0)  # 3.5 ms more prefill, 0.5 ms reading it
+    guidance = next(h for h in headline(result) if h["target"].startswith("<=") and "guidance" in h["name"])
+    assert guidance["value"] == pytest.approx(0.04) and guidance["met"] is True
+    assert "the pass on its own took 30.0 ms" in guidance["text"]
+    assert point.ingest_fps == pytest.approx(12 / ((90 + 105 + 106) / 1000))
+    assert time_split(result).guidance_ms == pytest.approx(4.0)

@@ -6,13 +6,14 @@ the probe's hooks recording the same layers.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from hermes.engine.guidance import AttentionProbe, probe_attention, tokens_needed
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models import qwen3_5
-from tests.helpers import random_chunk
+from tests.helpers import memory_state, random_chunk
 
 
 def _streamed(lm) -> StreamingSession:
@@ -128,3 +129,38 @@ def test_an_argument_it_cannot_cut_falls_back_to_the_whole_prompt(llava_lm, monk
     reference = _full_pass(llava_lm, session.memory, ids, queries)
     for layer, w in reference.items():
         assert torch.allclose(weights[layer], w, atol=1e-5, rtol=1e-4), layer
+
+
+def test_the_guidance_prompt_riding_on_the_prefill_reads_what_its_own_pass_reads(lm, monkeypatch) -> None:
+    """A stream whose guidance prompt rides on each compressing chunk's prefill runs no separate
+    pass, and reads the same attention and keeps the same memory as a stream that runs one: keys,
+    values and (Qwen3.5) the linear-attention states stop at the chunk's end; a question's history
+    rides along."""
+    from hermes.engine import guidance
+
+    config = HermesConfig(budget=64, chunk_frames=2, fps=lm.default_fps)
+    riding, separate = (StreamingSession(lm, config, guidance_rides=rides) for rides in (True, False))
+    passes: list[int] = []
+    probe = guidance.probe_attention
+    monkeypatch.setattr(guidance, "probe_attention", lambda *a, **k: passes.append(1) or probe(*a, **k))
+    for i in range(4):
+        if i == 2:
+            for session in (riding, separate):
+                session.ask("What is on the table?", max_new_tokens=2)
+        before = len(passes)
+        ridden = riding.ingest(random_chunk(i, n=2))
+        assert len(passes) == before, "the riding stream ran a separate guidance pass"
+        alone = separate.ingest(random_chunk(i, n=2))
+        assert ridden.evicted == alone.evicted and (alone.evicted > 0) == (len(passes) > before)
+        for a, b in zip(ridden.attention, alone.attention, strict=True):
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1], atol=1e-5, rtol=1e-4)
+        kv_r, books_r, states_r, *_ = memory_state(riding.memory)
+        kv_s, books_s, states_s, *_ = memory_state(separate.memory)
+        for (k_r, v_r), (k_s, v_s) in zip(kv_r, kv_s, strict=True):
+            assert torch.allclose(k_r, k_s, atol=1e-5) and torch.allclose(v_r, v_s, atol=1e-5)
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(books_r, books_s, strict=True))  # the same slots kept
+        assert len(states_r) == len(states_s) == (18 if lm.linear_layers else 0)
+        assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(states_r, states_s, strict=True))
+    assert len(passes) >= 2 and riding.reader.last_turn is not None

@@ -158,51 +158,103 @@ def _rivals(result: BenchResult) -> list[Headline]:
 
 
 def _ingest_fps(result: BenchResult, policy: str) -> float | None:
-    """Frames over prefill and compression seconds, over every measured point of `policy`."""
-    points = [p for p in result.points if p.policy == policy and p.status == OK]
-    seconds = sum(sum(p.prefill_ms) + sum(p.compress_ms) for p in points) / 1000
-    return sum(p.ingested_frames for p in points) / seconds if points and seconds > 0 else None
+    """Frames over prefill and compression seconds, over every measured point of `policy` (the
+    chunks that ran as a stream runs them: `Point.as_streamed`)."""
+    streamed = [p.as_streamed() for p in result.points if p.policy == policy and p.status == OK]
+    seconds = sum(s for _, s in streamed)
+    return sum(f for f, _ in streamed) / seconds if streamed and seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class Compressing:
+    """HERMES's compressing chunks, medians in ms: those run as a stream runs them, and the
+    comparison chunks that ran the guidance pass on its own (none where the prompt cannot ride)."""
+
+    prefill: float
+    compress: float
+    guidance: float  # the guidance phase of the compression: about 0 where the prompt rode
+    count: int
+    alone_prefill: float | None = None
+    alone_guidance: float | None = None
+    alone_count: int = 0
+
+    @property
+    def guidance_cost(self) -> float:
+        """What the guidance costs a compressing chunk: the riding prompt's share of the prefill
+        (the two prefills' difference), or the pass of its own where there is no comparison."""
+        if self.alone_prefill is None:
+            return self.guidance
+        return self.prefill - self.alone_prefill + self.guidance
+
+    @property
+    def base_prefill(self) -> float:
+        """The chunk's prefill without the guidance in it."""
+        return self.prefill if self.alone_prefill is None else self.alone_prefill
+
+
+def compressing(result: BenchResult) -> Compressing | None:
+    """The medians of HERMES's compressing chunks; None before the budget filled (nothing to do)."""
+    rows = [
+        (sep, p, c, g)
+        for point in result.points
+        if point.policy == HERMES and point.status == OK
+        for sep, p, c, g, e in zip(
+            point.separate or [False] * len(point.evicted),
+            point.prefill_ms,
+            point.compress_ms,
+            point.guidance_ms,
+            point.evicted,
+            strict=True,
+        )
+        if e > 0
+    ]
+    streamed = [r[1:] for r in rows if not r[0]]
+    alone = [r[1:] for r in rows if r[0]]
+    if not streamed:
+        return None
+    prefill, compress, guidance = (statistics.median(column) for column in zip(*streamed, strict=True))
+    if not alone:
+        return Compressing(prefill, compress, guidance, len(streamed))
+    alone_prefill, _, alone_guidance = (statistics.median(column) for column in zip(*alone, strict=True))
+    return Compressing(prefill, compress, guidance, len(streamed), alone_prefill, alone_guidance, len(alone))
 
 
 def _compression(result: BenchResult) -> Headline | None:
     """The steady state: the chunks that did compress (before the budget fills there is nothing to do)."""
-    steady = [
-        (c, p, g)
-        for point in result.points
-        if point.policy == HERMES
-        for c, p, g, e in zip(point.compress_ms, point.prefill_ms, point.guidance_ms, point.evicted, strict=True)
-        if e > 0
-    ]
-    if not steady:
+    steady = compressing(result)
+    if steady is None:
         return None
-    compress, prefill, guidance = (statistics.median(column) for column in zip(*steady, strict=True))
+    compress, prefill = steady.compress - steady.guidance + steady.guidance_cost, steady.base_prefill
     return Headline(
-        f"hermes compression ms / prefill ms per chunk (median of {len(steady)} compressing chunks)",
+        f"hermes compression ms / prefill ms per chunk (median of {steady.count} compressing chunks)",
         compress / prefill,
         f"{compress:.1f} ms / {prefill:.1f} ms = {compress / prefill:.3f} "
-        f"(the guidance pass: {guidance:.1f} ms; scoring, eviction and re-indexing: the rest)",
+        f"(the guidance: {steady.guidance_cost:.1f} ms; scoring, eviction and re-indexing: the rest)",
         "compress_over_prefill",
     )
 
 
 def _guidance(result: BenchResult) -> Headline | None:
-    """The guidance pass against the prefill, over the chunks that compressed."""
-    steady = [
-        (g, p)
-        for point in result.points
-        if point.policy == HERMES
-        for g, p, e in zip(point.guidance_ms, point.prefill_ms, point.evicted, strict=True)
-        if e > 0
-    ]
-    if not steady:
+    """What the guidance costs against the prefill, over the chunks that compressed: the riding
+    prompt's share, measured against the comparison chunks, where it rides."""
+    steady = compressing(result)
+    if steady is None:
         return None
-    guidance, prefill = (statistics.median(column) for column in zip(*steady, strict=True))
-    return Headline(
-        f"hermes guidance pass ms / prefill ms per chunk (median of {len(steady)} compressing chunks)",
-        guidance / prefill,
-        f"{guidance:.1f} ms / {prefill:.1f} ms = {guidance / prefill:.3f}",
-        "guidance_over_prefill",
-    )
+    cost, prefill = steady.guidance_cost, steady.base_prefill
+    if steady.alone_prefill is None:
+        text = f"the guidance pass {cost:.1f} ms / {prefill:.1f} ms = {cost / prefill:.3f}"
+        name = f"hermes guidance pass ms / prefill ms per chunk (median of {steady.count} compressing chunks)"
+    else:
+        text = (
+            f"the prompt riding on the prefill: {steady.prefill:.1f} ms against {prefill:.1f} ms without it = "
+            f"{cost:+.1f} ms, {cost / prefill:.3f}; the pass on its own took {steady.alone_guidance:.1f} ms "
+            f"= {steady.alone_guidance / prefill:.3f}"
+        )
+        name = (
+            f"hermes guidance ms / prefill ms per chunk (medians of {steady.count} compressing chunks with the "
+            f"prompt riding and {steady.alone_count} with its own pass, alternating)"
+        )
+    return Headline(name, cost / prefill, text, "guidance_over_prefill")
 
 
 @dataclass(frozen=True)
@@ -211,8 +263,8 @@ class TimeSplit:
 
     vision_ms: float
     prefill_ms: float  # vision included
-    guidance_ms: float  # over the compressing chunks
-    compress_ms: float  # guidance included, over the compressing chunks
+    guidance_ms: float  # over the compressing chunks (`Compressing.guidance_cost`)
+    rest_ms: float  # the rest of the compression: scoring, eviction, re-indexing
     vision_gflops: float  # FLOP/s reached, in billions
     lm_gflops: float
     prefill_gflops: float
@@ -225,11 +277,10 @@ class TimeSplit:
 
     def text(self) -> str:
         lm_ms = self.prefill_ms - self.vision_ms
-        rest = self.compress_ms - self.guidance_ms
         return (
             f"vision encoder {self.vision_ms:.0f} ms, language model {lm_ms:.0f} ms "
             f"(prefill {self.prefill_ms:.0f} ms); "
-            f"guidance pass {self.guidance_ms:.0f} ms, rest of the compression {rest:.0f} ms. Reached: vision "
+            f"guidance {self.guidance_ms:.0f} ms, rest of the compression {self.rest_ms:.0f} ms. Reached: vision "
             f"{self.vision_gflops:.0f}, language model {self.lm_gflops:.0f}, prefill {self.prefill_gflops:.0f} "
             f"GFLOP/s = {self.peak_share:.0%} of this machine's {self.peak_dtype} GEMM peak "
             f"({self.peak_gflops:.0f} GFLOP/s)"
@@ -243,10 +294,15 @@ def time_split(result: BenchResult) -> TimeSplit | None:
     flops, peaks = meta.get("chunk_flops"), meta.get("gemm_peak_gflops")
     if not points or not flops or not peaks:
         return None
-    chunks = [c for p in points for c in zip(p.vision_ms, p.prefill_ms, strict=True)]
+    chunks = [
+        (v, f)
+        for p in points
+        for v, f, s in zip(p.vision_ms, p.prefill_ms, p.separate or [False] * len(p.prefill_ms), strict=True)
+        if not s
+    ]
     vision, prefill = (statistics.median(column) for column in zip(*chunks, strict=True))
-    steady = [(g, c) for p in points for g, c, e in zip(p.guidance_ms, p.compress_ms, p.evicted, strict=True) if e]
-    guidance, compress = (statistics.median(column) for column in zip(*steady, strict=True)) if steady else (0, 0)
+    steady = compressing(result)
+    guidance, compress = (steady.guidance_cost, steady.compress - steady.guidance) if steady else (0.0, 0.0)
     dtype = "bf16" if meta["dtype"] == "bfloat16" else "fp32"
     lm_flops = flops["language_model"]
     return TimeSplit(

@@ -106,6 +106,10 @@ class Point:
     evicted: list[int] = field(default_factory=list)  # tokens evicted per chunk (0: nothing to compress)
     tokens: list[int] = field(default_factory=list)  # tokens prefilled per chunk
     dropped: list[int] = field(default_factory=list)  # tokens the input filter dropped per chunk
+    # Per chunk: its frames, and whether it is one of the bench's comparison chunks, which run the
+    # guidance pass on its own where a stream's prompt rides on the prefill (`PolicyRun`).
+    chunk_frames: list[int] = field(default_factory=list)
+    separate: list[bool] = field(default_factory=list)
     ingested_frames: int = 0  # frames of those chunks
     cache_bytes: int | None = None
     memory_bytes: int | None = None  # GPU peak on CUDA, process RSS on CPU
@@ -130,11 +134,19 @@ class Point:
         out["device_bytes"] = self.device_bytes
         return out
 
+    def as_streamed(self) -> tuple[int, float]:
+        """Frames, and seconds of prefill plus compression, of the chunks that ran as a stream runs
+        them (the comparison chunks left out)."""
+        separate = self.separate or [False] * len(self.prefill_ms)
+        left_out = sum(f for f, s in zip(self.chunk_frames, separate, strict=False) if s)
+        ms = sum(p + c for p, c, s in zip(self.prefill_ms, self.compress_ms, separate, strict=True) if not s)
+        return self.ingested_frames - left_out, ms / 1000
+
     @property
     def ingest_fps(self) -> float | None:
         """Frames per second of wall time spent on prefill plus compression, since the previous count."""
-        seconds = (sum(self.prefill_ms) + sum(self.compress_ms)) / 1000
-        return self.ingested_frames / seconds if seconds > 0 else None
+        frames, seconds = self.as_streamed()
+        return frames / seconds if seconds > 0 else None
 
 
 @dataclass
@@ -257,8 +269,15 @@ class PolicyRun:
         if built.positions_grow:  # positions never compacted: run past the trained context, as speed allows
             self.config = self.config.with_(max_positions=UNBOUNDED_POSITIONS)
         self.session = StreamingSession(lm, self.config, policy=policy, host_cap_bytes=host_memory_cap())
+        # A stream's guidance prompt rides on the prefill, where its cost cannot be timed apart: every
+        # other compressing chunk runs the pass on its own instead (the same attention, the same
+        # memory), and the report compares the two prefills.
+        memory = self.session.memory
+        self.compares = self.session.guidance.rider(memory, self.session.policy, None, 0) is not None
         self.rng = np.random.default_rng(settings.seed)
         self.window: list[ChunkReport] = []
+        self.separate: list[bool] = []  # per chunk of the window: a comparison chunk
+        self.frames: list[int] = []  # per chunk of the window: its frames
         self.vision: list[float] = []  # the vision encoder's ms in each chunk of the window
         self.window_start = 0  # frames streamed when the window began
         self.tokens_per_frame = 0.0  # measured on the previous chunk, to size the next one
@@ -288,6 +307,11 @@ class PolicyRun:
             )
             with VisionTimer(lm) as timer:
                 report = session.ingest(chunk)
+            compared = self.compares and report.evicted > 0
+            self.separate.append(compared and not session.guidance_rides)
+            self.frames.append(n)
+            if compared:
+                session.guidance_rides = not session.guidance_rides
             self.window.append(report)
             self.vision.append(timer.take())
             self.tokens_per_frame = (report.tokens + report.dropped) / padded
@@ -319,13 +343,15 @@ class PolicyRun:
         point.evicted = [r.evicted for r in window]
         point.tokens = [r.tokens for r in window]
         point.dropped = [r.dropped for r in window]
+        point.chunk_frames, point.separate = self.frames, self.separate
         point.ingested_frames = session.frames_seen - self.window_start
         point.cache_bytes = session.memory.cache_bytes()
         if self.keeps_host_store:
             point.retrieved_bytes, point.host_bytes = retrieved, session.host_bytes()
         point.memory_bytes = _memory(self.lm.device)
         point.video_tokens_per_layer = max(session.memory.video_tokens_per_layer())
-        self.window, self.vision, self.window_start = [], [], session.frames_seen
+        self.window, self.vision, self.separate, self.frames = [], [], [], []
+        self.window_start = session.frames_seen
 
 
 def run_policy(

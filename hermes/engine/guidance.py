@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
@@ -134,19 +135,21 @@ class AttentionProbe:
     def _hook(self, layer: int):
         def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: object) -> None:
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            cos, sin = kwargs["position_embeddings"]
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
             n_new = hidden.shape[1]
-            q = head_queries(module, hidden).transpose(1, 2)
+            # Only the rows read are projected: a guidance prompt riding on a chunk is a few dozen
+            # rows of a pass of hundreds.
+            rows = self.queries.get(layer, slice(None))
+            cos, sin = (t[..., rows, :] for t in kwargs["position_embeddings"])
+            q = head_queries(module, hidden[:, rows]).transpose(1, 2)
             rotary = cos.shape[-1]  # partial rotary (Qwen3.5): the first channels turn, the rest pass
             q_rot, _ = apply_rotary_pos_emb(q[..., :rotary], q[..., :rotary], cos, sin)
             q = torch.cat([q_rot, q[..., rotary:]], dim=-1)
             # The cache layer already holds the new tokens' keys (the module appended them); only
             # those are masked, the old ones are visible to every new token.
-            rows = self.queries.get(layer, slice(None))
             causal = torch.ones(n_new, n_new, dtype=torch.bool, device=q.device).triu(1)[rows]
             keys = cache.layers[module.layer_idx].keys
-            self.weights[layer] = mean_attention(q[:, :, rows] * module.scaling, keys, causal)
+            self.weights[layer] = mean_attention(q * module.scaling, keys, causal)
             if self.stop_early and layer == self.layers[-1]:
                 # Deeper layers and the LM head would only be thrown away: skip them.
                 raise _ProbeDone
@@ -260,17 +263,42 @@ def probe_attention(
     return probe.weights
 
 
+@dataclass(frozen=True)
+class Rider:
+    """A guidance prompt carried on a chunk's prefill, after the chunk's tokens: its tokens read the
+    memory and the chunk as a separate pass after the chunk's commit would, for a fraction of the
+    cost (a separate pass of a few dozen tokens reads every weight for a few rows). `queries`: per
+    probed layer, the rows it reads, counted in the whole pass."""
+
+    ids: torch.Tensor  # (1, tail)
+    queries: dict[int, slice]
+
+    @property
+    def tail(self) -> int:
+        return self.ids.shape[-1]
+
+    def extend(self, input_ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunk's ids and positions with the prompt after them, at the positions text takes
+        after the chunk (every rotary axis advancing together)."""
+        after = int(positions.max()) + 1 + torch.arange(self.tail, device=positions.device)
+        extra = after.expand(*positions.shape[:-1], self.tail)
+        return torch.cat([input_ids, self.ids.to(input_ids.device)], -1), torch.cat([positions, extra], -1)
+
+
 class GuidanceProbe:
     """The attention a policy's layers score by, measured by probe passes over a memory.
 
     HERMES's layers read one forward pass over the guidance prompt: a layer that reads the global
-    query takes the global part's queries, one that reads the hybrid query the whole prompt.
-    StreamMem's layers read a pass over the chat template's tokens after the video. The prompt is
-    tokenized again only when the conversation's last turn changes, not for every chunk."""
+    query takes the global part's queries, one that reads the hybrid query the whole prompt. The
+    prompt can also ride on the prefill of the chunk before the compression (`rider`, `riding`),
+    which then reads the attention it recorded. StreamMem's layers read a pass over the chat
+    template's tokens after the video. The prompt is tokenized again only when the conversation's
+    last turn changes, not for every chunk."""
 
     def __init__(self, lm: VideoLM) -> None:
         self.lm = lm
         self._prompt: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None  # (turn, ids, global part)
+        self._ridden: dict[int, torch.Tensor] | None = None  # what the last rider recorded, unread
 
     def prompt(self, last_turn: tuple[str, str] | None) -> tuple[torch.Tensor, int]:
         """The guidance prompt's ids after `last_turn` (the last question and answer), and the length
@@ -280,16 +308,40 @@ class GuidanceProbe:
             self._prompt = (last_turn, ids, n_global)
         return self._prompt[1], self._prompt[2]
 
+    def rider(
+        self, memory: HermesCache, policy: MemoryPolicy, last_turn: tuple[str, str] | None, chunk_tokens: int
+    ) -> Rider | None:
+        """The guidance prompt to carry on the prefill of a chunk of `chunk_tokens` tokens, for the
+        layers of `policy` that read it; None when no layer does, or one reads another pass."""
+        wanted = _wanted(memory, policy)
+        if not wanted or any(query not in ("global", "hybrid") for query in wanted.values()):
+            return None
+        ids, n_global = self.prompt(last_turn)
+        part = {"global": slice(chunk_tokens, chunk_tokens + n_global), "hybrid": slice(chunk_tokens, None)}
+        return Rider(ids, {layer: part[query] for layer, query in wanted.items()})
+
+    @contextlib.contextmanager
+    def riding(self, memory: HermesCache, rider: Rider) -> Iterator[None]:
+        """Within: the prefill carries `rider` (its ids and positions from `Rider.extend`). Its
+        attention is recorded; a clean exit keeps it for the next `attention` call and leaves the
+        memory holding the chunk alone, to commit."""
+        self._ridden = None
+        queries = rider.queries
+        with self.lm.riding(memory, rider.tail), AttentionProbe(self.lm.attention_modules(), queries, queries) as probe:
+            yield
+        self._ridden = probe.weights
+
     def attention(
         self, memory: HermesCache, policy: MemoryPolicy, last_turn: tuple[str, str] | None
     ) -> list[torch.Tensor | None] | None:
         """W per layer over its slots after the prefix, for the layers `policy` probes; None when it
-        needs no probe. The memory is left untouched."""
-        wanted = {layer: policy.guidance(tier) for layer, tier in enumerate(memory.tiers.tiers)}
-        if all(query is None for query in wanted.values()):
+        needs no probe. Read from the rider of the chunk just committed, when it carried one; else
+        from probe passes now. The memory is left untouched."""
+        wanted = _wanted(memory, policy)
+        weights, self._ridden = self._ridden or {}, None
+        if not wanted:
             return None
-        weights: dict[int, torch.Tensor] = {}
-        guided = [layer for layer, query in wanted.items() if query in ("global", "hybrid")]
+        guided = [layer for layer, query in wanted.items() if query in ("global", "hybrid") and layer not in weights]
         if guided:
             ids, n_global = self.prompt(last_turn)
             part = {"global": slice(0, n_global), "hybrid": slice(None)}
@@ -298,4 +350,11 @@ class GuidanceProbe:
         if templated:
             weights |= probe_attention(self.lm, memory, self.lm.template_ids(), dict.fromkeys(templated, slice(None)))
         p, s = memory.prefix_len, memory.slots
-        return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(wanted))]
+        return [weights[layer][p : p + s] if layer in weights else None for layer in range(len(memory.kv_layers))]
+
+
+def _wanted(memory: HermesCache, policy: MemoryPolicy) -> dict[int, str]:
+    """The query each probed HERMES layer of `memory` reads under `policy` ('global', 'hybrid',
+    'template'); layers that read none are left out."""
+    queries = {layer: policy.guidance(tier) for layer, tier in enumerate(memory.tiers.tiers)}
+    return {layer: query for layer, query in queries.items() if query is not None}

@@ -3,7 +3,8 @@
 The data path of the paper as steps, one method each: `ingest` turns a chunk into the model's
 inputs (`_inputs`: padded to the frame multiple, through the policy's input filter), prefills them
 after the memory (`_prefill`), lets the policy compress the memory back to its budget
-(`_compress`: guidance pass, scoring per tier, smoothing across layers, selection, re-indexing)
+(`_compress`: guidance attention, scoring per tier, smoothing across layers, selection,
+re-indexing; the guidance prompt rides on the prefill when the compression follows it)
 and reports what that cost (`_report`), the phases timed by one `Stopwatch`. Questions are read by
 a `MemoryReader` (hermes/engine/answering.py), which is given the model, the memory, the policy's
 question-time state and the stream's progress, and leaves the memory exactly as it was.
@@ -28,7 +29,7 @@ from hermes.engine.answering import (
     validate_question,
 )
 from hermes.engine.chunk import Chunk, StreamProgress
-from hermes.engine.guidance import GuidanceProbe
+from hermes.engine.guidance import GuidanceProbe, Rider
 from hermes.engine.methods import DEFAULT_POLICY, as_spec
 from hermes.engine.metrics import Stopwatch
 from hermes.engine.watch import AnswerWords, StandingQuestions, WatchCheck, WatchCost
@@ -97,7 +98,10 @@ class StreamingSession:
     """One stream, one memory: ingest chunks, answer questions at any moment.
 
     `policy` is a parsed `PolicySpec` (a name is parsed here, for a library caller, with `params`);
-    `host_cap_bytes` bounds what its question-time step may keep in host memory (ReKV's store)."""
+    `host_cap_bytes` bounds what its question-time step may keep in host memory (ReKV's store).
+    With `guidance_rides` (the default), the guidance prompt rides on the prefill of a chunk that
+    the compression follows, instead of a pass of its own after it (`Rider`): the same attention,
+    for a fraction of the cost. Off, it is the separate pass, as the bench compares."""
 
     def __init__(
         self,
@@ -107,6 +111,7 @@ class StreamingSession:
         max_question_chars: int = MAX_QUESTION_CHARS,
         params: Mapping[str, Any] | None = None,
         host_cap_bytes: int | None = None,
+        guidance_rides: bool = True,
     ) -> None:
         config = config or HermesConfig()
         if config.max_positions is None:
@@ -118,6 +123,7 @@ class StreamingSession:
         self.policy = as_spec(policy, params).build(config)
         self.input_filter = self.policy.inputs(lm)
         self.guidance = GuidanceProbe(lm)
+        self.guidance_rides = guidance_rides
         # Standing questions outlive a reset (they are the viewer's, not the stream's).
         self.standing = StandingQuestions(AnswerWords.for_lm(lm), max_chars=max_question_chars)
         self.reset()
@@ -193,10 +199,25 @@ class StreamingSession:
             positions = inputs.rel_positions + start
             self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + self.question.room(frame_ids))
             if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
-                self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
+                rider = self._rider(inputs)
+                if rider is None:
+                    self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
+                else:
+                    with self.guidance.riding(self.memory, rider):
+                        self.lm.forward(self.memory, *rider.extend(inputs.input_ids, positions), **inputs.model_kwargs)
                 meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
                 self.question.after_prefill(self.memory, meta)
                 self.memory.commit(meta)
+
+    def _rider(self, inputs: ChunkInputs) -> Rider | None:
+        """The guidance prompt to carry on this chunk's prefill: when the compression after it will
+        probe (the chunk takes the memory past its capacity) and `guidance_rides`; None otherwise,
+        or when the chunk comes as embeddings (an input filter's), after which no ids can follow."""
+        if not self.guidance_rides or "inputs_embeds" in inputs.model_kwargs:
+            return None
+        if not self.policy.over_capacity(self.memory.slots + inputs.num_tokens):
+            return None
+        return self.guidance.rider(self.memory, self.policy, self.reader.last_turn, inputs.num_tokens)
 
     def _compress(self, clock: Stopwatch) -> CompressionReport | None:
         """Back to the policy's capacity if the memory holds more: guidance pass, scoring,

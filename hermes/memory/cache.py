@@ -474,6 +474,23 @@ class HermesCache(Cache):
         finally:
             self.discard()
 
+    @contextmanager
+    def riding(self, tail: int) -> Iterator[HermesCache]:
+        """Within: the last `tail` tokens of the pass ride on it (a guidance prompt after a chunk).
+        They read the memory and the tokens before them, but leave the linear-attention layers'
+        convolution states as the tokens before them left them (the model's recurrent rule must
+        stop there as well: `VideoLM.riding`), and a clean exit drops them from every HERMES layer,
+        so that the tokens before them are left to commit."""
+        for state in self.state_layers:
+            state.tail = tail
+        try:
+            yield self
+        finally:
+            for state in self.state_layers:
+                state.tail = 0
+        for layer in self.kv_layers:
+            layer.crop(-tail)
+
     # -- positions -------------------------------------------------------------------------------
     def start_position(self, n_tokens: int) -> int:
         """Start position for `n_tokens` new tokens, compacting positions first if they would run out.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache
 
-from hermes.memory.cache import kv_bytes_per_token
+from hermes.memory.cache import HermesCache, kv_bytes_per_token
 from hermes.memory.rope import RopeSpec
 from hermes.models.card import ModelCard
 from hermes.models.gemm import flush_denormals
@@ -136,6 +137,15 @@ class VideoLM(ABC):
         c = self.text_config
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         return kv_bytes_per_token(self.kv_layers, c.num_key_value_heads, head_dim, self.dtype)
+
+    def riding(self, cache: HermesCache, tail: int) -> AbstractContextManager[HermesCache]:
+        """Within: the last `tail` tokens of each forward pass ride on it (`HermesCache.riding`):
+        they read what comes before them and leave the memory as if they had not been there. A
+        model of attention layers needs nothing more than the cache does; a hybrid one also stops
+        its recurrent rule's state before them."""
+        if self.linear_layers:
+            raise NotImplementedError(f"{self.name}: its linear-attention layers cannot carry riding tokens")
+        return cache.riding(tail)
 
     def attention_modules(self) -> list[torch.nn.Module]:
         """The self-attention module of each key-value layer, in order (every decoder layer here)."""

@@ -3,13 +3,15 @@ processing and interleaved M-RoPE, with a partial rotary)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import torch
 from transformers.cache_utils import Cache
 
+from hermes.memory.cache import HermesCache
 from hermes.models.qwen3_vl import Qwen3VL
 
 LINEAR_ATTENTION = "linear_attention"
@@ -21,20 +23,35 @@ ANSWER_OPENING = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 # prompt, a question) runs as one chunk of its own length instead: the same arithmetic without the
 # padding, which at the 0.8B shapes and 25 tokens took 1.4 ms a layer instead of 3.7 (one thread).
 REFERENCE_CHUNK = 64
-# The chunk size the running pass asks for (None: the rule's own). A context variable, so that two
-# streams served from two threads each get their own.
+# The chunk size the running pass asks for (None: the rule's own), and how many of its last tokens
+# ride on it (`Qwen35.riding`). Context variables, so that two streams served from two threads each
+# get their own.
 _CHUNK: ContextVar[int | None] = ContextVar("hermes_qwen35_chunk", default=None)
+_TAIL: ContextVar[int] = ContextVar("hermes_qwen35_tail", default=0)
 
 
 def _with_chunk_size(rule: Callable) -> Callable:
     """transformers' chunked rule, taking the chunk size from `_CHUNK` when a pass set one (the
-    models' forward passes only its own arguments down to the rule)."""
+    models' forward passes only its own arguments down to the rule), and run in two parts when the
+    pass's last `_TAIL` tokens ride on it: the state it returns is the one before them."""
 
-    def rule_with_chunk(*args: Any, **kwargs: Any) -> Any:
+    def rule_with_chunk(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kwargs: Any) -> Any:
         size = _CHUNK.get()
         if size is not None:
             kwargs["chunk_size"] = size  # dropped by transformers when a fused kernel has no such argument
-        return rule(*args, **kwargs)
+        tail = _TAIL.get()
+        if not 0 < tail < query.shape[1]:
+            return rule(query, key, value, **kwargs)
+        g, beta = kwargs.pop("g"), kwargs.pop("beta")
+
+        def part(cut: slice, **extra: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+            tensors = (t[:, cut] for t in (query, key, value))
+            return rule(*tensors, g=g[:, cut], beta=beta[:, cut], **(kwargs | extra))
+
+        head, state = part(slice(None, -tail), output_final_state=True)
+        short = {"chunk_size": tail} if query.device.type == "cpu" and tail < REFERENCE_CHUNK else {}
+        out, _ = part(slice(-tail, None), initial_state=state, output_final_state=False, **short)
+        return torch.cat([head, out], dim=1), state
 
     rule_with_chunk.hermes_chunked = True
     return rule_with_chunk
@@ -81,6 +98,18 @@ class Qwen35(Qwen3VL):
 
     def attention_modules(self) -> list[torch.nn.Module]:
         return [layer.self_attn for layer in self.language_model.layers if hasattr(layer, "self_attn")]
+
+    @contextmanager
+    def riding(self, cache: HermesCache, tail: int) -> Iterator[HermesCache]:
+        """As `VideoLM.riding`; the linear-attention layers' recurrent rule runs in two parts, the
+        riding tokens after the state the others leave, which is the one kept."""
+        _install_chunk_choice()
+        token = _TAIL.set(tail)
+        try:
+            with cache.riding(tail):
+                yield cache
+        finally:
+            _TAIL.reset(token)
 
     def question_ids(self, question: str) -> torch.Tensor:
         return self.encode(f"{self.video_close}{question}<|im_end|>\n{ANSWER_OPENING}")
