@@ -71,7 +71,7 @@ class ChunkReport:
     tokens: int  # prefilled, after the input filter
     prefill_ms: float
     compress_ms: float  # everything after the prefill: guidance, scoring, eviction, re-indexing
-    guidance_ms: float  # of which the guidance pass
+    guidance_ms: float  # of which the guidance pass (reading what it recorded, where it rode on the prefill)
     reindex_ms: float  # of which re-indexing: a lazy compaction before the prefill, or the eager one
     evicted: int
     reindexed: bool

@@ -21,7 +21,7 @@ from hermes.models.qwen3_vl import Qwen3VL
 
 # The model served when none is named, by device (docs/performance.md says why): on a GPU the paper's
 # LLaVA-OneVision checkpoint; on a CPU the fastest supported real checkpoint, about the app's 1 frame/s
-# on 2 cores (0.77 to 1.03 by the processor). LLaVA-OneVision-0.5B reads a quarter of that: its
+# on 2 cores (0.77 to 1.22 by the processor and its load). LLaVA-OneVision-0.5B reads a quarter of that: its
 # SigLIP-so400m alone costs about 0.6 TFLOP a frame, more than two cores multiply in two seconds.
 DEFAULT_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
 CPU_DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"

@@ -74,7 +74,7 @@ def load_model_or_fallback(
 def keep_up_hint(source: str, device_type: str) -> str:
     """What would keep up with the video when the model `source` falls behind on `device_type`."""
     if device_type == "cpu" and source != CPU_DEFAULT_MODEL:
-        # 0.77 to 1.03 frames/s on 2 cores, by the processor (docs/performance.md): "about".
+        # 0.77 to 1.22 frames/s on 2 cores, by the processor and its load (docs/performance.md): "about".
         fastest = f"{CPU_DEFAULT_MODEL} reads about 1 frame/s on 2 CPU cores"
         return f"{fastest}; a GPU or fewer frames per second would keep up"
     if device_type == "cpu":
