@@ -164,3 +164,57 @@ def test_the_guidance_prompt_riding_on_the_prefill_reads_what_its_own_pass_reads
         assert len(states_r) == len(states_s) == (18 if lm.linear_layers else 0)
         assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(states_r, states_s, strict=True))
     assert len(passes) >= 2 and riding.reader.last_turn is not None
+
+
+def _two_streams(lm, chunks: int) -> tuple[list, list]:
+    """A stream whose prompt rides and one that runs its own pass, over the same chunks: their reports."""
+    config = HermesConfig(budget=64, chunk_frames=2, fps=lm.default_fps)
+    riding, separate = (StreamingSession(lm, config, guidance_rides=rides) for rides in (True, False))
+    reports = [[s.ingest(random_chunk(i, n=2)) for i in range(chunks)] for s in (riding, separate)]
+    return reports[0], reports[1]
+
+
+def _assert_same_attention(ridden, alone) -> None:
+    for r, a in zip(ridden, alone, strict=True):
+        assert r.evicted == a.evicted
+        for x, y in zip(r.attention, a.attention, strict=True):
+            assert (x is None) == (y is None)
+            if x is not None:
+                assert np.array_equal(x[0], y[0]) and np.allclose(x[1], y[1], atol=1e-5, rtol=1e-4)
+
+
+def test_the_riding_prompt_goes_only_as_deep_as_the_probe_reads(llava_lm) -> None:
+    """Above the last layer that reads the whole prompt, the decoder layers carry the chunk and the
+    prompt's global part only."""
+    session = StreamingSession(llava_lm, HermesConfig(budget=64, chunk_frames=2, fps=llava_lm.default_fps))
+    session.ingest(random_chunk(0, n=2))
+    seen: list[int] = []
+    hooks = [
+        layer.input_layernorm.register_forward_pre_hook(lambda m, a: seen.append(a[0].shape[1]))
+        for layer in llava_lm.language_model.layers
+    ]
+    try:
+        report = session.ingest(random_chunk(1, n=2))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    ids, n_global = session.guidance.prompt(None)
+    assert report.evicted > 0 and seen[0] == report.tokens + ids.shape[-1]  # the prompt rode on the prefill
+    assert seen[-1] == report.tokens + n_global < seen[0]
+
+
+def test_a_riding_prompt_that_cannot_be_cut_runs_whole(llava_lm) -> None:
+    """A decoder-layer argument per token that the cut does not know: the riding prefill runs again
+    on every token, from the memory as the last commit left it, and reads the same attention."""
+    layers = llava_lm.language_model.layers
+    extra = layers[-1].register_forward_pre_hook(
+        lambda m, a, k: (a, {**k, "unknown_per_token": torch.zeros(a[0].shape[1] if a else 1)}),
+        with_kwargs=True,
+        prepend=True,
+    )
+    try:
+        ridden, alone = _two_streams(llava_lm, 3)
+    finally:
+        extra.remove()
+    assert sum(r.evicted for r in ridden) > 0
+    _assert_same_attention(ridden, alone)

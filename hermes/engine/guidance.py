@@ -272,10 +272,18 @@ class Rider:
 
     ids: torch.Tensor  # (1, tail)
     queries: dict[int, slice]
+    chunk: int  # the chunk's tokens, before the prompt's
 
     @property
     def tail(self) -> int:
         return self.ids.shape[-1]
+
+    def needed(self, attention_layers: Sequence[int], num_layers: int) -> list[int]:
+        """Per decoder layer, the leading tokens of the pass it runs on: the chunk, and of the
+        prompt what the probed layers at or above it read (`tokens_needed`); the chunk alone above
+        the deepest probed layer."""
+        needed = tokens_needed(attention_layers, self.queries, self.chunk + self.tail)
+        return needed + [self.chunk] * (num_layers - len(needed))
 
     def extend(self, input_ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The chunk's ids and positions with the prompt after them, at the positions text takes
@@ -290,7 +298,7 @@ class GuidanceProbe:
 
     HERMES's layers read one forward pass over the guidance prompt: a layer that reads the global
     query takes the global part's queries, one that reads the hybrid query the whole prompt. The
-    prompt can also ride on the prefill of the chunk before the compression (`rider`, `riding`),
+    prompt can also ride on the prefill of the chunk before the compression (`rider`, `ride`),
     which then reads the attention it recorded. StreamMem's layers read a pass over the chat
     template's tokens after the video. The prompt is tokenized again only when the conversation's
     last turn changes, not for every chunk."""
@@ -318,17 +326,30 @@ class GuidanceProbe:
             return None
         ids, n_global = self.prompt(last_turn)
         part = {"global": slice(chunk_tokens, chunk_tokens + n_global), "hybrid": slice(chunk_tokens, None)}
-        return Rider(ids, {layer: part[query] for layer, query in wanted.items()})
+        return Rider(ids, {layer: part[query] for layer, query in wanted.items()}, chunk_tokens)
 
-    @contextlib.contextmanager
-    def riding(self, memory: HermesCache, rider: Rider) -> Iterator[None]:
-        """Within: the prefill carries `rider` (its ids and positions from `Rider.extend`). Its
-        attention is recorded; a clean exit keeps it for the next `attention` call and leaves the
-        memory holding the chunk alone, to commit."""
+    def ride(self, memory: HermesCache, rider: Rider, forward: Callable[[], object]) -> None:
+        """Run `forward`, the prefill carrying `rider` (its ids and positions from `Rider.extend`),
+        and record the attention its prompt pays, for the next `attention` call; the memory is
+        left holding the chunk alone, to commit.
+
+        The prompt goes only as deep as the probe reads: above the last layer that reads all of it,
+        only its leading part (`Rider.needed`), and none of it above the deepest probed layer."""
         self._ridden = None
-        queries = rider.queries
-        with self.lm.riding(memory, rider.tail), AttentionProbe(self.lm.attention_modules(), queries, queries) as probe:
-            yield
+        modules = self.lm.attention_modules()
+        needed = rider.needed([module.layer_idx for module in modules], self.lm.num_layers)
+        queries, n = rider.queries, rider.chunk + rider.tail
+        try:
+            with (
+                self.lm.riding(memory, rider.chunk),
+                leading_tokens_only(self.lm.language_model.layers, needed, n),
+                AttentionProbe(modules, queries, queries) as probe,
+            ):
+                forward()
+        except _CannotCut:
+            memory.discard()  # the chunk's half-run pass: the memory is as the last commit left it
+            with self.lm.riding(memory, rider.chunk), AttentionProbe(modules, queries, queries) as probe:
+                forward()
         self._ridden = probe.weights
 
     def attention(

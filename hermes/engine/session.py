@@ -199,12 +199,12 @@ class StreamingSession:
             positions = inputs.rel_positions + start
             self.memory.reserve(inputs.num_tokens + QUESTION_MARGIN + self.question.room(frame_ids))
             if inputs.num_tokens:  # an input filter may have dropped a static chunk whole
-                rider = self._rider(inputs)
+                rider, kwargs = self._rider(inputs), inputs.model_kwargs
                 if rider is None:
-                    self.lm.forward(self.memory, inputs.input_ids, positions, **inputs.model_kwargs)
+                    self.lm.forward(self.memory, inputs.input_ids, positions, **kwargs)
                 else:
-                    with self.guidance.riding(self.memory, rider):
-                        self.lm.forward(self.memory, *rider.extend(inputs.input_ids, positions), **inputs.model_kwargs)
+                    ids, at = rider.extend(inputs.input_ids, positions)
+                    self.guidance.ride(self.memory, rider, lambda: self.lm.forward(self.memory, ids, at, **kwargs))
                 meta = ChunkMeta(frames=frame_ids, positions=positions, patches=inputs.patches)
                 self.question.after_prefill(self.memory, meta)
                 self.memory.commit(meta)

@@ -475,21 +475,22 @@ class HermesCache(Cache):
             self.discard()
 
     @contextmanager
-    def riding(self, tail: int) -> Iterator[HermesCache]:
-        """Within: the last `tail` tokens of the pass ride on it (a guidance prompt after a chunk).
-        They read the memory and the tokens before them, but leave the linear-attention layers'
-        convolution states as the tokens before them left them (the model's recurrent rule must
-        stop there as well: `VideoLM.riding`), and a clean exit drops them from every HERMES layer,
-        so that the tokens before them are left to commit."""
+    def riding(self, keep: int) -> Iterator[HermesCache]:
+        """Within: the tokens of a pass after its first `keep` ride on it (a guidance prompt after a
+        chunk; a layer may carry fewer of them than the pass began with). They read the memory and
+        the tokens before them, but leave the linear-attention layers' convolution states as the
+        kept tokens left them (the model's recurrent rule must stop there as well:
+        `VideoLM.riding`), and a clean exit drops them from every HERMES layer, so that the kept
+        tokens are left to commit."""
         for state in self.state_layers:
-            state.tail = tail
+            state.keep = keep
         try:
             yield self
         finally:
             for state in self.state_layers:
-                state.tail = 0
+                state.keep = None
         for layer in self.kv_layers:
-            layer.crop(-tail)
+            layer.crop(layer.committed + keep - layer.length)
 
     # -- positions -------------------------------------------------------------------------------
     def start_position(self, n_tokens: int) -> int:

@@ -25,7 +25,8 @@ class StateLayer(LinearAttentionLayer):
         self._saved: dict[str, torch.Tensor] = {}  # committed copies, by state name
         self._saved_previous = False  # whether the committed memory had seen any token
         self._dirty = False  # whether the model wrote since the last commit or discard
-        self.tail = 0  # the pass's last tokens that ride on it and must leave no trace (`HermesCache.riding`)
+        # The pass's leading tokens that the states keep; the rest ride on it (`HermesCache.riding`).
+        self.keep: int | None = None
 
     # -- the transformers interface: states made outside inference mode, writes tracked ----------
     def lazy_initialization(self, *args: object, **kwargs: object) -> None:
@@ -36,10 +37,11 @@ class StateLayer(LinearAttentionLayer):
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs: object) -> torch.Tensor:
         self._dirty = True
         full = super().update_conv_state(conv_states, state_idx, **kwargs)
-        if self.tail:
+        riding = 0 if self.keep is None else conv_states.shape[-1] - self.keep
+        if riding > 0:
             # The convolution's state is its last inputs: those before the riding tokens.
             state = self.conv_states[state_idx]
-            kept = full[..., : full.shape[-1] - self.tail][..., -state.shape[-1] :]
+            kept = full[..., : full.shape[-1] - riding][..., -state.shape[-1] :]
             state.copy_(torch.nn.functional.pad(kept, (state.shape[-1] - kept.shape[-1], 0)))
         return full
 

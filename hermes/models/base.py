@@ -138,14 +138,14 @@ class VideoLM(ABC):
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         return kv_bytes_per_token(self.kv_layers, c.num_key_value_heads, head_dim, self.dtype)
 
-    def riding(self, cache: HermesCache, tail: int) -> AbstractContextManager[HermesCache]:
-        """Within: the last `tail` tokens of each forward pass ride on it (`HermesCache.riding`):
-        they read what comes before them and leave the memory as if they had not been there. A
-        model of attention layers needs nothing more than the cache does; a hybrid one also stops
-        its recurrent rule's state before them."""
+    def riding(self, cache: HermesCache, keep: int) -> AbstractContextManager[HermesCache]:
+        """Within: the tokens of a forward pass after its first `keep` ride on it
+        (`HermesCache.riding`): they read what comes before them and leave the memory as if they had
+        not been there. A model of attention layers needs nothing more than the cache does; a hybrid
+        one also stops its recurrent rule's state before them."""
         if self.linear_layers:
             raise NotImplementedError(f"{self.name}: its linear-attention layers cannot carry riding tokens")
-        return cache.riding(tail)
+        return cache.riding(keep)
 
     def attention_modules(self) -> list[torch.nn.Module]:
         """The self-attention module of each key-value layer, in order (every decoder layer here)."""

@@ -23,34 +23,35 @@ ANSWER_OPENING = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 # prompt, a question) runs as one chunk of its own length instead: the same arithmetic without the
 # padding, which at the 0.8B shapes and 25 tokens took 1.4 ms a layer instead of 3.7 (one thread).
 REFERENCE_CHUNK = 64
-# The chunk size the running pass asks for (None: the rule's own), and how many of its last tokens
-# ride on it (`Qwen35.riding`). Context variables, so that two streams served from two threads each
-# get their own.
+# The chunk size the running pass asks for (None: the rule's own), and how many of its leading tokens
+# the state keeps, the others riding on it (`Qwen35.riding`; None: all). Context variables, so that
+# two streams served from two threads each get their own.
 _CHUNK: ContextVar[int | None] = ContextVar("hermes_qwen35_chunk", default=None)
-_TAIL: ContextVar[int] = ContextVar("hermes_qwen35_tail", default=0)
+_KEEP: ContextVar[int | None] = ContextVar("hermes_qwen35_keep", default=None)
 
 
 def _with_chunk_size(rule: Callable) -> Callable:
     """transformers' chunked rule, taking the chunk size from `_CHUNK` when a pass set one (the
-    models' forward passes only its own arguments down to the rule), and run in two parts when the
-    pass's last `_TAIL` tokens ride on it: the state it returns is the one before them."""
+    models' forward passes only its own arguments down to the rule), and run in two parts when
+    tokens after the first `_KEEP` ride on the pass: the state it returns is the one before them."""
 
     def rule_with_chunk(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kwargs: Any) -> Any:
         size = _CHUNK.get()
         if size is not None:
             kwargs["chunk_size"] = size  # dropped by transformers when a fused kernel has no such argument
-        tail = _TAIL.get()
-        if not 0 < tail < query.shape[1]:
+        keep = _KEEP.get()
+        if keep is None or not 0 < keep < query.shape[1]:
             return rule(query, key, value, **kwargs)
+        tail = query.shape[1] - keep
         g, beta = kwargs.pop("g"), kwargs.pop("beta")
 
         def part(cut: slice, **extra: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
             tensors = (t[:, cut] for t in (query, key, value))
             return rule(*tensors, g=g[:, cut], beta=beta[:, cut], **(kwargs | extra))
 
-        head, state = part(slice(None, -tail), output_final_state=True)
+        head, state = part(slice(None, keep), output_final_state=True)
         short = {"chunk_size": tail} if query.device.type == "cpu" and tail < REFERENCE_CHUNK else {}
-        out, _ = part(slice(-tail, None), initial_state=state, output_final_state=False, **short)
+        out, _ = part(slice(keep, None), initial_state=state, output_final_state=False, **short)
         return torch.cat([head, out], dim=1), state
 
     rule_with_chunk.hermes_chunked = True
@@ -100,16 +101,16 @@ class Qwen35(Qwen3VL):
         return [layer.self_attn for layer in self.language_model.layers if hasattr(layer, "self_attn")]
 
     @contextmanager
-    def riding(self, cache: HermesCache, tail: int) -> Iterator[HermesCache]:
+    def riding(self, cache: HermesCache, keep: int) -> Iterator[HermesCache]:
         """As `VideoLM.riding`; the linear-attention layers' recurrent rule runs in two parts, the
         riding tokens after the state the others leave, which is the one kept."""
         _install_chunk_choice()
-        token = _TAIL.set(tail)
+        token = _KEEP.set(keep)
         try:
-            with cache.riding(tail):
+            with cache.riding(keep):
                 yield cache
         finally:
-            _TAIL.reset(token)
+            _KEEP.reset(token)
 
     def question_ids(self, question: str) -> torch.Tensor:
         return self.encode(f"{self.video_close}{question}<|im_end|>\n{ANSWER_OPENING}")
