@@ -36,6 +36,7 @@ from hermes.serving import (
     suggestions_markdown,
 )
 from ui import figures
+from ui.stills import still
 
 FRAME_LABEL = "What the model just consumed"
 
@@ -108,7 +109,7 @@ def alert_message(alert: Alert, compare: bool) -> dict:
         f"🔔 **Alert**{label} · {check.at_s:.0f} s (frame {answer.frames_seen - 1}) · p(yes) {check.p_yes:.2f}\n\n"
         f"*{check.question}* {printable(answer.text) or '…'}"
     )
-    frame = gr.Image(value=alert.frame, format="jpeg", show_label=False, height=160, buttons=[])
+    frame = gr.Image(value=still(alert.frame), show_label=False, height=160, buttons=[])
     return {"role": "assistant", "content": [text, frame]}
 
 
@@ -122,7 +123,7 @@ def frame_image(view: LiveView) -> gr.Image:
     if view.frame_image is None:
         return gr.Image(value=None, label=FRAME_LABEL)
     label = f"{FRAME_LABEL}: frame {view.frames_seen - 1} ({view.stream_time_s:.0f} s)"
-    return gr.Image(value=view.frame_image, label=label)
+    return gr.Image(value=still(view.frame_image), label=label)
 
 
 def error_message(text: str) -> dict:

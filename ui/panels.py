@@ -171,7 +171,7 @@ def live_url(urls: UrlPolicy) -> tuple[gr.Textbox, gr.Button]:
 
 def now_showing() -> tuple[gr.Image, gr.Markdown]:
     """The frame the model consumed last, and the status line under it."""
-    frame = gr.Image(label=FRAME_LABEL, interactive=False, height=230, format="jpeg", buttons=[], elem_id="frame")
+    frame = gr.Image(label=FRAME_LABEL, interactive=False, height=230, buttons=[], elem_id="frame")
     status = gr.Markdown("**Idle** · pick a source and press Start", elem_id="status", label="status")
     return frame, status
 
