@@ -130,6 +130,24 @@ def test_pause_resume_and_stop_flush_what_was_read(stream, clips):
     assert stream.view().frames_seen == status.frames_read  # the partial chunk was flushed
 
 
+def test_the_metrics_never_show_a_finished_stream_behind_its_frames(worker, stream, clips, monkeypatch):
+    gate = threading.Event()
+    worker.submit(lambda: gate.wait(30), Priority.CHUNK, "other")  # the model thread is busy...
+    stream.start_file(clips["short"], speed="max")  # ...so both chunks wait in the queue
+    assert wait_for(lambda: stream.status().state == "finishing")
+    real_status = stream.status
+
+    def status_once_the_chunks_landed():
+        # The worst moment for a reader: the chunks land between its reads of the view and the status.
+        gate.set()
+        assert worker.wait_idle(stream.key, 60)
+        return real_status()
+
+    monkeypatch.setattr(stream, "status", status_once_the_chunks_landed)
+    metrics = stream.metrics()
+    assert (metrics["state"], metrics["queued_chunks"], metrics["frames_seen"]) == ("finished", 0, 4)
+
+
 def test_compare_mode_runs_two_memories_on_one_stream(stream, llava_lm, clips):
     settings = StreamSettings(budget=400, chunk_frames=2, fps=0.5, compare=True)
     streamed(stream, clips["short"], settings=settings)
