@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    from hermes.serving import AUTO_DTYPE_HELP
+
     p = argparse.ArgumentParser(prog="app.py", description="HERMES Live: chat with a video while it plays.")
     p.add_argument(
         "--model",
@@ -31,8 +33,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--dtype",
         default=os.environ.get("HERMES_DTYPE", "auto"),
-        help="auto, bf16, fp16 or fp32; auto: bf16 on a GPU, and on a CPU with AMX or AVX-512 BF16, else fp32 "
-        "(default: $HERMES_DTYPE, else auto)",
+        help=f"auto, bf16, fp16 or fp32; {AUTO_DTYPE_HELP} (default: $HERMES_DTYPE, else auto)",
     )
     p.add_argument(
         "--device-map",

@@ -43,14 +43,13 @@ def add_memory_options(
     p.add_argument("--fps", type=float, default=None, help=fps_help)
     p.add_argument("--reindex", choices=["lazy", "eager"], default=reindex_default, help=reindex_help)
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda when available)")
-    from hermes.models.loading import DEVICE_MAPS, DTYPE_CHOICES
+    from hermes.models.loading import AUTO_DTYPE_HELP, DEVICE_MAPS, DTYPE_CHOICES
 
     p.add_argument(
         "--dtype",
         choices=DTYPE_CHOICES,
         default=None,
-        help=f"precision of the weights and the cache; auto: bf16 on a GPU, and on a CPU with AMX or AVX-512 BF16, "
-        f"else fp32 (default: ${DTYPE_ENV}, else auto)",
+        help=f"precision of the weights and the cache; {AUTO_DTYPE_HELP} (default: ${DTYPE_ENV}, else auto)",
     )
     p.add_argument(
         "--device-map",

@@ -54,6 +54,10 @@ def tiny_names(quote: str = "") -> str:
 
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_CHOICES = ("auto", *DTYPES)
+AUTO_DTYPE_HELP = (
+    "auto: bf16 on a GPU, and on a CPU where bf16 is native (AMX or AVX-512 BF16) and measured not clearly "
+    "slower than fp32, else fp32"
+)
 # accelerate's strategies for spreading a model over the visible GPUs (and the CPU when it must).
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 

@@ -16,6 +16,7 @@ from hermes.serving.answers import AnswerEvent, AnswerTicket
 from hermes.serving.checkpoints import CheckpointStore, Viewers
 from hermes.serving.live import LiveStream
 from hermes.serving.model import (
+    AUTO_DTYPE_HELP,
     DEFAULT_MODEL,
     FALLBACK_MODEL,
     keep_up_hint,
@@ -34,6 +35,7 @@ from hermes.video.urls import LIVE_SCHEMES, UrlPolicy, UrlRefused
 
 __all__ = [
     "ATTENTION",
+    "AUTO_DTYPE_HELP",
     "BUDGET",
     "COMPARE_POLICIES",
     "DEFAULT_LEASE_S",

@@ -8,6 +8,7 @@ import logging
 
 from hermes.models.base import VideoLM
 from hermes.models.loading import (
+    AUTO_DTYPE_HELP,
     CPU_DEFAULT_MODEL,
     DEFAULT_MODEL,
     ModelLoadError,
@@ -24,6 +25,7 @@ FALLBACK_MODEL = FALLBACK_MODELS[DEFAULT_MODEL]
 TRAINED_FALLBACK = "toy"
 
 __all__ = [
+    "AUTO_DTYPE_HELP",
     "CPU_DEFAULT_MODEL",
     "DEFAULT_MODEL",
     "FALLBACK_MODEL",
