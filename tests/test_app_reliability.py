@@ -11,6 +11,7 @@ import os
 import re
 import time
 import weakref
+from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,9 +27,9 @@ from hermes.serving import DEFAULT_MAX_PREPARING, LiveStream, StreamSettings
 from hermes.serving.admission import cache_bytes_for
 from hermes.video.clips import make_clip
 from tests.corpus import DAMAGED, DAMAGED_AFTER_S, DAMAGED_AT_S, DAMAGED_TO_THE_END, REFUSED, STREAMED, Clip
-from tests.helpers import hold_answers, wait_for
+from tests.helpers import hold_answers, streamed, wait_for
 from tests.test_app import serve, text_of
-from ui.callbacks import Callbacks, status_text
+from ui.callbacks import Callbacks, LiveOutputs, status_text
 from ui.layout import ASK_CONCURRENCY, DEFAULT_CONCURRENCY, QUEUE_MAX_SIZE
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -362,6 +363,32 @@ def test_a_tab_closed_mid_stream_frees_its_stream(app, videos):
     assert wait_for(lambda: stream.closed and stream.reserved_bytes == 0, 10)
     assert wait_for(lambda: not reader.is_alive(), 10), "the reader thread is still running"
     assert wait_for(freed, 10), "the closed stream's cache is still in memory"
+
+
+def test_the_timer_leaves_the_chat_to_an_answer_streaming_into_it(app, videos, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # where the frame panel's image is written
+    registry = app[2]
+    callbacks = Callbacks(registry)
+    callbacks.live = LiveOutputs(**{f.name: f.name for f in fields(LiveOutputs)})
+    request = SimpleNamespace(session_hash="asker")
+    stream = streamed(registry.get("asker"), videos["good"])
+    try:
+        assert "frame" in callbacks.tick(request)  # the timer draws what the stream did
+        answer = callbacks.ask("What is there?", request)
+        chat, _ = next(answer)
+        assert chat[-1]["content"] == "What is there?"
+        # While the answer streams, the timer does not send the chat: an older copy of its own that
+        # reached the page after the answer's last update would take the finished answer back.
+        assert "chat" not in callbacks.tick(request)
+        *_, (chat, _) = answer
+        assert "TTFT" in text_of(chat[-1])
+        # The answer's last update was the chat as it is: the timer has nothing to send again...
+        assert "chat" not in callbacks.tick(request)
+        # ...until the chat changes.
+        stream.chat.add({"role": "assistant", "content": "a later line"})
+        assert callbacks.tick(request)["chat"][-1]["content"] == "a later line"
+    finally:
+        registry.close("asker")
 
 
 # -- webcam ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ never run the model and return quickly; the timer tick redraws only what changed
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -219,8 +220,11 @@ class Callbacks:
         self.samples = bundled_samples(registry.lm)  # title -> Sample; the model's own first
         # Per stream: the view version and status text last sent by the timer (gone with the stream).
         self._sent: weakref.WeakKeyDictionary[LiveStream, tuple[int, str]] = weakref.WeakKeyDictionary()
-        # The chat version each stream's page was last sent by the timer (see `tick`).
+        # The chat version each stream's page was last sent, by the timer or an answer (see `tick`).
         self._sent_chat: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
+        # The answers streaming into each stream's chat now: while one does, the chat is theirs to send.
+        self._answering: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
+        self._answering_lock = threading.Lock()
         # The number of the next alert each stream's chat has yet to show.
         self._alerts_shown: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
 
@@ -328,21 +332,34 @@ class Callbacks:
         # Chat writes carry the ticket's generation: after a Reset they land nowhere.
         gen = ticket.generation
         stream.chat.add({"role": "user", "content": ticket.question}, gen)
-        yield stream.chat.messages(), ""
-        compare = len(stream.view().settings.policies) > 1
-        slots: dict[str, int] = {}
-        for event in ticket.events():
-            stream.touch()  # an answer being read is a sign of its viewer
-            if event.error:
-                stream.chat.add(error_message(event.error), gen)
-                gr.Warning(event.error)
-            else:
-                message = answer_message(event, compare)
-                if event.policy not in slots:
-                    slots[event.policy] = stream.chat.add(message, gen)
+        self._count_answering(stream, +1)
+        try:
+            yield self._chat_out(stream), ""
+            compare = len(stream.view().settings.policies) > 1
+            slots: dict[str, int] = {}
+            for event in ticket.events():
+                stream.touch()  # an answer being read is a sign of its viewer
+                if event.error:
+                    stream.chat.add(error_message(event.error), gen)
+                    gr.Warning(event.error)
                 else:
-                    stream.chat.set(slots[event.policy], message, gen)
-            yield stream.chat.messages(), gr.skip()
+                    message = answer_message(event, compare)
+                    if event.policy not in slots:
+                        slots[event.policy] = stream.chat.add(message, gen)
+                    else:
+                        stream.chat.set(slots[event.policy], message, gen)
+                yield self._chat_out(stream), gr.skip()
+        finally:
+            self._count_answering(stream, -1)
+
+    def _count_answering(self, stream: LiveStream, step: int) -> None:
+        with self._answering_lock:
+            self._answering[stream] = self._answering.get(stream, 0) + step
+
+    def _chat_out(self, stream: LiveStream) -> list:
+        """The chat to send the page, noted as sent (its version read first: a later write goes out later)."""
+        self._sent_chat[stream] = stream.chat.version
+        return stream.chat.messages()
 
     # -- standing questions ---------------------------------------------------------------------
     def watch(self, question: str, request: gr.Request) -> tuple[gr.Dropdown, str]:
@@ -389,12 +406,12 @@ class Callbacks:
         view, live = stream.view(), self.live
         self._show_alerts(stream, view)
         changed = {}
-        # The chat goes out whenever it changed since the timer last sent it, answers included:
-        # an answer's last update and a timer's older copy of the chat are two events, and when
-        # the older copy reaches the page last, the next tick puts the answer back whole.
-        if stream.chat.version != self._sent_chat.get(stream):
-            self._sent_chat[stream] = stream.chat.version
-            changed[live.chat] = stream.chat.messages()
+        # The chat goes out whenever it changed since it was last sent, but not while an answer
+        # streams into it: the answer's updates and the timer's are two events, and a timer's older
+        # copy that reached the page after the answer's last update took the finished answer back
+        # for a tick. An alert that lands meanwhile goes out with the answer's next update.
+        if not self._answering.get(stream) and stream.chat.version != self._sent_chat.get(stream):
+            changed[live.chat] = self._chat_out(stream)
         status = status_text(stream)
         version, sent_status = self._sent.get(stream, (-1, ""))
         self._sent[stream] = (view.version, status)
