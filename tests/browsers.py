@@ -44,6 +44,14 @@ def chromium(args: Sequence[str] = CHROMIUM_ARGS) -> Iterator:
             browser.close()
 
 
+def chat_when(page, condition: str, timeout: float = TIMEOUT_MS) -> str:
+    """The chat's text `t` at the first moment the JavaScript `condition` on it holds. Read in the same
+    moment as the check: an answer's own updates and the timer both draw the chat, and when the
+    timer's older copy lands last the page shows it until the next tick puts the answer back."""
+    script = f"() => {{ const t = document.querySelector('#chat').innerText; return ({condition}) ? t : null; }}"
+    return page.wait_for_function(script, timeout=timeout).json_value()
+
+
 def open_page(browser, url: str, viewport: dict):
     """A new page on the app, and the list that collects its console errors."""
     page = browser.new_page(viewport=viewport)

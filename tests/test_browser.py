@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from hermes.serving import StreamSettings
-from tests.browsers import TIMEOUT_MS, open_page
+from tests.browsers import TIMEOUT_MS, chat_when, open_page
 from tests.test_app import serve
 
 pytestmark = pytest.mark.browser
@@ -60,8 +60,7 @@ def test_stream_ask_and_watch_the_memory(browser, url, tmp_path):
     page.get_by_text("The question is empty").first.wait_for(timeout=TIMEOUT_MS)
     page.fill("#question textarea", "What is in the picture?")
     page.click("#ask")
-    page.wait_for_function("() => document.querySelector('#chat').innerText.includes('TTFT')", timeout=TIMEOUT_MS)
-    chat = page.inner_text("#chat")
+    chat = chat_when(page, "t.includes('TTFT')")
     assert "What is in the picture?" in chat and re.search(r"TTFT \d+ ms", chat)
 
     # The three live views drew real data: the heatmap, three attention profiles, TTFT and memory lines.
@@ -98,8 +97,7 @@ def test_watch_for_box_alerts_in_the_chat_and_plots_p_yes(browser, url, tmp_path
     page.get_by_label("max", exact=True).check()
     page.click("#start-sample")
     # The alert reaches the chat by itself: marked, with the stream time, p(yes), the question and the frame.
-    page.wait_for_function("() => document.querySelector('#chat').innerText.includes('Alert')")
-    chat = page.inner_text("#chat")
+    chat = chat_when(page, "t.includes('Alert')")
     assert re.search(r"Alert · \d+ s \(frame \d+\) · p\(yes\) 0\.\d\d", chat), chat
     assert "Is there a bird?" in chat
     page.wait_for_selector("#chat img", state="attached")

@@ -8,7 +8,7 @@ from gradio_client import Client
 
 from hermes.engine.methods import parse_policy
 from hermes.serving import StreamSettings
-from tests.browsers import TIMEOUT_MS, open_page
+from tests.browsers import TIMEOUT_MS, chat_when, open_page
 from tests.helpers import wait_for
 from tests.test_app import serve
 
@@ -41,13 +41,8 @@ def test_compare_three_policies_shows_three_maps_and_three_answers(browser, url,
     page.fill("#question textarea", "What is in the picture?")
     page.click("#ask")
     labels = [parse_policy(p).label for p in CHOSEN]
-    check = " && ".join(f"t.includes('**{lab}**') || t.includes('{lab} ·')" for lab in labels)
-    page.wait_for_function(
-        f"() => {{ const t = document.querySelector('#chat').innerText; return (t.match(/TTFT/g) || []).length >= 3 "
-        f"&& {check}; }}",
-        timeout=TIMEOUT_MS,
-    )
-    chat = page.inner_text("#chat")
+    check = " && ".join(f"(t.includes('**{lab}**') || t.includes('{lab} ·'))" for lab in labels)
+    chat = chat_when(page, f"(t.match(/TTFT/g) || []).length >= 3 && {check}")
     assert all(lab in chat for lab in labels), chat
     page.wait_for_function(
         "() => document.querySelectorAll('#retained-map .heatmaplayer .hm').length >= 3", timeout=TIMEOUT_MS
@@ -106,10 +101,7 @@ def test_compare_hermes_against_rekv_shows_both_answers_and_rekv_host_memory_gro
     )
     page.fill("#question textarea", "What is in the picture?")
     page.click("#ask")
-    page.wait_for_function(
-        "() => (document.querySelector('#chat').innerText.match(/TTFT/g) || []).length >= 2", timeout=TIMEOUT_MS
-    )
-    chat = page.inner_text("#chat")
+    chat = chat_when(page, "(t.match(/TTFT/g) || []).length >= 2")
     assert parse_policy("hermes").label in chat and parse_policy("rekv").label in chat, chat
     # The memory plot: ReKV's host memory is its own line and grows; HERMES's cache stays flat past its budget.
     traces = page.wait_for_function(

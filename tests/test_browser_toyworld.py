@@ -11,7 +11,7 @@ import pytest
 
 from hermes.serving import StreamRegistry, bundled_samples, load_model_or_fallback
 from hermes.serving.samples import SAMPLES_FILE, TOY_SAMPLES
-from tests.browsers import TIMEOUT_MS, open_page
+from tests.browsers import TIMEOUT_MS, chat_when, open_page
 from tests.test_app import free_port
 from ui import build_app, launch_options
 
@@ -59,10 +59,7 @@ def test_compare_on_a_toy_clip_shows_fifo_forgetting(browser, toy_app, tmp_path)
     )
     page.fill("#question textarea", question["text"])
     page.click("#ask")
-    page.wait_for_function(
-        "() => (document.querySelector('#chat').innerText.match(/TTFT/g) || []).length >= 2", timeout=TIMEOUT_MS
-    )
-    chat = page.inner_text("#chat")
+    chat = chat_when(page, "(t.match(/TTFT/g) || []).length >= 2")
     replies = {label: chat.split(f"{label} ·", 1)[1].split("TTFT", 1)[0] for label in ("HERMES", "FIFO")}
     assert question["answer"] in replies["HERMES"].lower(), chat
     assert question["answers"]["fifo"] in replies["FIFO"].lower(), chat
