@@ -270,9 +270,8 @@ class LiveStream:
 
     def metrics(self) -> dict:
         """Plain-data numbers for the API and the UI's details panel."""
-        # The status first: a chunk's job publishes its view before it leaves the queue, so a view
-        # read after a status that counts no chunk left is never behind it (read the other way round,
-        # a stream could show as finished with its last chunk's frames missing).
+        # The status first: a chunk's job publishes its view before it leaves the queue, so the view
+        # read next is never behind a status that counts no chunk left.
         status = self.status()
         view, reading = self.view(), memory_reading(self.lm.device)
         return metrics_of(view, status, reading, self.lm, self.reserved_bytes, self.watchlist.questions())
