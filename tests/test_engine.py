@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from hermes.engine import guidance
 from hermes.engine.guidance import (
     GLOBAL_PROMPT,
-    HISTORY_ANSWER_TOKENS,
-    HISTORY_QUESTION_TOKENS,
     AttentionProbe,
     guidance_prompt,
 )
@@ -195,12 +194,44 @@ def test_guidance_history_keeps_question_and_answer_each_capped(llava_lm):
     ids, n_global = guidance_prompt(lm.encode, lm.video_close, (question, answer))
     text = lm.tokenizer.decode(ids[0, :n_global])
     assert answer in text  # the whole short answer survives
-    assert question[:HISTORY_QUESTION_TOKENS] in text and question not in text  # byte tokens: one per character
+    cap = HermesConfig.history_tokens
+    assert question[:cap] in text and question not in text  # byte tokens: one per character
     long_answer = "word " * 100
     ids, n_global = guidance_prompt(lm.encode, lm.video_close, (question, long_answer))
     history_len = n_global - guidance_prompt(lm.encode, lm.video_close)[1]
     fixed = len(lm.encode("Q: ")[0]) + len(lm.encode(" A: ")[0]) + len(lm.encode(" ")[0])
-    assert history_len == HISTORY_QUESTION_TOKENS + HISTORY_ANSWER_TOKENS + fixed
+    assert history_len == 2 * cap + fixed
+    short = guidance_prompt(lm.encode, lm.video_close, (question, long_answer), history_tokens=5)[1]
+    assert short - guidance_prompt(lm.encode, lm.video_close)[1] == 2 * 5 + fixed
+    none = guidance_prompt(lm.encode, lm.video_close, (question, answer), history_tokens=0)
+    assert torch.equal(none[0], guidance_prompt(lm.encode, lm.video_close)[0])
+
+
+def test_a_stream_can_leave_the_conversation_out_of_its_guidance(llava_lm):
+    """`hermes.history_tokens=0`: after an answer, the compression is guided as before any question,
+    while the default stream's guidance changes with the conversation."""
+    from hermes.engine.methods import parse_policy
+
+    config = HermesConfig(budget=40, chunk_frames=FRAMES, fps=1.0)
+    plain = StreamingSession(llava_lm, config, policy=parse_policy("hermes", {"hermes.history_tokens": 0}))
+    talks, silent = StreamingSession(llava_lm, config), StreamingSession(llava_lm, config)
+    assert (plain.policy.history_tokens, talks.policy.history_tokens) == (0, HermesConfig.history_tokens)
+    for s in (plain, talks, silent):
+        s.ingest(random_chunk(0, FRAMES))
+    for s in (plain, talks):
+        s.ask("What is on the table?", max_new_tokens=4)
+    before = guidance_prompt(llava_lm.encode, llava_lm.video_close)[0]
+    assert torch.equal(plain.guidance.prompt(plain.reader.last_turn, 0)[0], before)
+    assert talks.guidance.prompt(talks.reader.last_turn, talks.policy.history_tokens)[0].shape[-1] > before.shape[-1]
+    quiet, asked, never = (s.ingest(random_chunk(1, FRAMES)) for s in (plain, talks, silent))
+    assert quiet.evicted > 0 and asked.evicted > 0
+    probed = [
+        (a[1], b[1], c[1])
+        for a, b, c in zip(quiet.attention, asked.attention, never.attention, strict=True)
+        if a is not None
+    ]
+    assert probed and all(np.array_equal(a, c) for a, _, c in probed)  # as if nobody had asked
+    assert not all(np.allclose(a, b) for a, b, _ in probed)  # the conversation guides the default
 
 
 def test_lazy_compaction_is_reported_as_reindexing(llava_lm):

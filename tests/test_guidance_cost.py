@@ -32,7 +32,7 @@ def _full_pass(lm, memory, ids: torch.Tensor, queries: dict[int, slice]) -> dict
 
 
 def _hermes_queries(session: StreamingSession) -> tuple[torch.Tensor, int, dict[int, slice]]:
-    ids, n_global = session.guidance.prompt(session.reader.last_turn)
+    ids, n_global = session.guidance.prompt(session.reader.last_turn, session.policy.history_tokens)
     part = {"global": slice(0, n_global), "hybrid": slice(None)}
     wanted = {layer: session.policy.guidance(tier) for layer, tier in enumerate(session.memory.tiers.tiers)}
     return ids, n_global, {layer: part[q] for layer, q in wanted.items() if q in part}
@@ -198,7 +198,7 @@ def test_the_riding_prompt_goes_only_as_deep_as_the_probe_reads(llava_lm) -> Non
     finally:
         for hook in hooks:
             hook.remove()
-    ids, n_global = session.guidance.prompt(None)
+    ids, n_global = session.guidance.prompt(None, session.policy.history_tokens)
     assert report.evicted > 0 and seen[0] == report.tokens + ids.shape[-1]  # the prompt rode on the prefill
     assert seen[-1] == report.tokens + n_global < seen[0]
 

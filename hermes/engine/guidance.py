@@ -23,6 +23,7 @@ import torch
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
 from hermes.memory.cache import HermesCache
+from hermes.memory.config import HermesConfig
 from hermes.memory.policies import MemoryPolicy
 from hermes.models.base import VideoLM
 
@@ -31,11 +32,6 @@ from hermes.models.base import VideoLM
 # byte-level tokenizer spends one token per character).
 GLOBAL_PROMPT = "Recall the story: main actors, key events, timeline."
 LOCAL_PROMPT = "This scene: objects, fine actions, where things are."
-# The history (the last question and its answer) carries the user's interest into the guidance.
-# Question and answer are capped each on its own, so that a long question cannot push the answer
-# out, and so that a long answer does not make every later compression pay for its length.
-HISTORY_QUESTION_TOKENS = 24
-HISTORY_ANSWER_TOKENS = 24
 # Bytes of fp32 attention scores the probe holds at once: small on a CPU (see `mean_attention`),
 # large where an accelerator's allocator keeps its buffers and each block costs kernel launches.
 PROBE_BLOCK_BYTES = 4 * 2**20
@@ -43,22 +39,28 @@ PROBE_BLOCK_BYTES_ACCELERATOR = 512 * 2**20
 
 
 def guidance_prompt(
-    encode: Callable[[str], torch.Tensor], opening: str, last_turn: tuple[str, str] | None = None
+    encode: Callable[[str], torch.Tensor],
+    opening: str,
+    last_turn: tuple[str, str] | None = None,
+    history_tokens: int = HermesConfig.history_tokens,
 ) -> tuple[torch.Tensor, int]:
     """Ids (1, n) of the guidance prompt, and the length of its global part.
 
     The prompt is `opening` (what closes the video in the chat template), the history once there
     is one, the global prompt, then the local one: deep layers read the global part (history +
-    global), middle layers the whole hybrid prompt.
+    global), middle layers the whole hybrid prompt. The history (the last question and its answer)
+    carries the user's interest into the guidance; question and answer are cut to `history_tokens`
+    each on its own, so that a long question cannot push the answer out, and a long answer does not
+    make every later compression pay for its length.
     """
     parts = [encode(opening)]
-    if last_turn is not None:
+    if last_turn is not None and history_tokens > 0:
         question, answer = last_turn
         parts += [
             encode("Q: "),
-            encode(question)[:, :HISTORY_QUESTION_TOKENS],
+            encode(question)[:, :history_tokens],
             encode(" A: "),
-            encode(answer)[:, :HISTORY_ANSWER_TOKENS],
+            encode(answer)[:, :history_tokens],
             encode(" "),
         ]
     parts.append(encode(GLOBAL_PROMPT))
@@ -305,15 +307,16 @@ class GuidanceProbe:
 
     def __init__(self, lm: VideoLM) -> None:
         self.lm = lm
-        self._prompt: tuple[tuple[str, str] | None, torch.Tensor, int] | None = None  # (turn, ids, global part)
+        self._prompt: tuple[tuple, torch.Tensor, int] | None = None  # ((turn, history cap), ids, global part)
         self._ridden: dict[int, torch.Tensor] | None = None  # what the last rider recorded, unread
 
-    def prompt(self, last_turn: tuple[str, str] | None) -> tuple[torch.Tensor, int]:
-        """The guidance prompt's ids after `last_turn` (the last question and answer), and the length
-        of its global part."""
-        if self._prompt is None or self._prompt[0] != last_turn:
-            ids, n_global = guidance_prompt(self.lm.encode, self.lm.video_close, last_turn)
-            self._prompt = (last_turn, ids, n_global)
+    def prompt(self, last_turn: tuple[str, str] | None, history_tokens: int) -> tuple[torch.Tensor, int]:
+        """The guidance prompt's ids after `last_turn` (the last question and answer, each cut to
+        `history_tokens`), and the length of its global part."""
+        key = (last_turn, history_tokens)
+        if self._prompt is None or self._prompt[0] != key:
+            ids, n_global = guidance_prompt(self.lm.encode, self.lm.video_close, last_turn, history_tokens)
+            self._prompt = (key, ids, n_global)
         return self._prompt[1], self._prompt[2]
 
     def rider(
@@ -324,7 +327,7 @@ class GuidanceProbe:
         wanted = _wanted(memory, policy)
         if not wanted or any(query not in ("global", "hybrid") for query in wanted.values()):
             return None
-        ids, n_global = self.prompt(last_turn)
+        ids, n_global = self.prompt(last_turn, policy.history_tokens)
         part = {"global": slice(chunk_tokens, chunk_tokens + n_global), "hybrid": slice(chunk_tokens, None)}
         return Rider(ids, {layer: part[query] for layer, query in wanted.items()}, chunk_tokens)
 
@@ -364,7 +367,7 @@ class GuidanceProbe:
             return None
         guided = [layer for layer, query in wanted.items() if query in ("global", "hybrid") and layer not in weights]
         if guided:
-            ids, n_global = self.prompt(last_turn)
+            ids, n_global = self.prompt(last_turn, policy.history_tokens)
             part = {"global": slice(0, n_global), "hybrid": slice(None)}
             weights |= probe_attention(self.lm, memory, ids, {layer: part[wanted[layer]] for layer in guided})
         templated = [layer for layer, query in wanted.items() if query == "template"]

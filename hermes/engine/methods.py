@@ -113,7 +113,7 @@ METHODS: dict[str, Method] = {
             "#4f46e5",
             "hierarchical memory",
             _hermes,
-            lambda c: TieredScorer(c.recency_k, c.omega0, c.gamma),
+            lambda c: TieredScorer(c.recency_k, c.omega0, c.gamma, c.history_tokens),
             frozenset({ATTENTION, BUDGET}),
         ),
         Method(

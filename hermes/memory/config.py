@@ -25,6 +25,10 @@ class HermesConfig:
     # Middle layers: omega^l = omega0 - gamma * (l - l_s) / (l_d - l_s).
     omega0: float = 0.75
     gamma: float = 0.6
+    # Once a question is answered, its words and the answer's lead the guidance prompt, each cut to
+    # this many tokens (0: the prompt never carries the conversation). Each token costs a compressing
+    # chunk what one of the chunk's own tokens costs (docs/performance.md, "The guidance pass").
+    history_tokens: int = 24
     shallow_fraction: float = 0.1
     deep_fraction: float = 0.3
     # Cross-layer smoothing strength per tier: (sensory, working, long-term).
@@ -44,6 +48,8 @@ class HermesConfig:
             raise ValueError(f"budget must be at least 1 video token, got {self.budget}")
         if self.recency_k <= 0:
             raise ValueError("recency_k (the forgetting rate k) must be positive")
+        if self.history_tokens < 0:
+            raise ValueError(f"history_tokens must be 0 (no history) or more, got {self.history_tokens}")
         if not all(0.0 <= lam <= 1.0 for lam in self.smoothing):
             raise ValueError(f"smoothing strengths must lie in [0, 1], got {self.smoothing}")
         if self.alignment not in ("identity", "slot"):

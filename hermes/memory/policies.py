@@ -88,6 +88,11 @@ class TieredScorer:
     recency_k: float = HermesConfig.recency_k
     omega0: float = HermesConfig.omega0
     gamma: float = HermesConfig.gamma
+    history_tokens: int = HermesConfig.history_tokens  # of the last question and of its answer, each
+
+    def __post_init__(self) -> None:
+        if self.history_tokens < 0:
+            raise ValueError(f"history_tokens must be 0 (no history) or more, got {self.history_tokens}")
 
     def guidance(self, tier: Tier) -> Guidance | None:
         # Long-term layers read the global prompt (the story so far); working layers the hybrid
@@ -120,6 +125,12 @@ class MemoryPolicy:
 
     def guidance(self, tier: Tier) -> Guidance | None:
         return None if self.scorer is None else self.scorer.guidance(tier)
+
+    @property
+    def history_tokens(self) -> int:
+        """How many tokens of the last question, and of its answer, lead a guidance prompt; 0 for a
+        scorer that does not say (only HERMES's guidance prompt carries the conversation)."""
+        return getattr(self.scorer, "history_tokens", 0)
 
     def over_capacity(self, slots: int) -> bool:
         """Whether a memory holding `slots` slots after the prefix must be compressed."""
