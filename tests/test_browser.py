@@ -93,6 +93,8 @@ def test_watch_for_box_alerts_in_the_chat_and_plots_p_yes(browser, url, tmp_path
     # A low threshold, so that random weights fire at the first check.
     page.get_by_text("Settings (applied at the next Start or Reset)").click()
     set_slider(page, "watch-threshold", "0.05")
+    # HERMES's guidance carries the conversation unless told otherwise.
+    assert page.get_by_label("Guide the memory by the last question and answer").is_checked()
 
     page.get_by_label("max", exact=True).check()
     page.click("#start-sample")

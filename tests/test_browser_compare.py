@@ -57,10 +57,11 @@ def test_compare_three_policies_shows_three_maps_and_three_answers(browser, url,
 def test_compare_through_the_api_reports_metrics_per_policy_and_refuses_bad_choices(url):
     client = Client(url, verbose=False)
     try:
-        settings = ["hermes", 300, 2, 1.0, "lazy", True, ["sink", "infinipot-v", "hermes+dtd"], 0.5]
+        settings = ["hermes", 300, 2, 1.0, "lazy", True, ["sink", "infinipot-v", "hermes+dtd"], 0.5, False]
         client.predict("Cockatoo, close-up (14 s)", "max", *settings, api_name="/start_sample")
         metrics = wait_for(lambda: (m := client.predict(api_name="/metrics"))["chunks"] >= 2 and m)
         assert metrics["policies"] == ["sink", "infinipot-v", "hermes+dtd"]
+        assert metrics["settings"]["guidance_history"] is False  # the last setting, given by position
         assert set(metrics["cache_bytes"]) == set(metrics["video_tokens_per_layer"]) == set(metrics["policies"])
         before = client.predict(api_name="/metrics")["frames_seen"]
         for bad, words in [

@@ -323,6 +323,7 @@ def app(llava_lm):
         ("budget", "abc", r"Invalid settings: budget takes a number from 128 to 10240; got 'abc'"),
         ("budget", 500.5, r"Invalid settings: budget takes a whole number; got 500.5"),
         ("fps", "1", r"Invalid settings: fps takes a number from 0.25 to 4; got '1'"),
+        ("guidance_history", "no", r"Invalid settings: guidance_history takes true or false; got 'no'"),
     ],
 )
 def test_api_settings_are_parsed_strictly_with_the_field_named(app, videos, capfd, field, value, message):

@@ -64,6 +64,24 @@ def test_a_saved_memory_loads_into_another_stream_and_answers_the_same(streams, 
     assert answer(other) == before
 
 
+def test_a_stream_guided_without_the_conversation_is_saved_and_loaded_so(streams, clips, tmp_path):
+    """The Settings' "guide by the last question" off: HERMES's guidance prompt never carries the
+    conversation, and a memory saved so goes on so, and says so in the loaded stream's settings."""
+    quiet = streamed(
+        streams("quiet", StreamSettings(budget=400, chunk_frames=2, fps=0.5, guidance_history=False)), clips["short"]
+    )
+    [session] = quiet._memories.sessions.values()
+    assert session.policy.history_tokens == 0 and session.config.history_tokens == 0
+    path = quiet.files.download(tmp_path / "downloads")
+
+    other = streams("other")
+    assert other.view().settings.guidance_history
+    other.files.load(path)
+    assert wait_for(lambda: other.view().frames_seen == 4)
+    [loaded] = other._memories.sessions.values()
+    assert not other.view().settings.guidance_history and loaded.policy.history_tokens == 0
+
+
 class HalfwayStore(CheckpointStore):
     """A real store that keeps a copy of the checkpoint written after `at` chunks."""
 

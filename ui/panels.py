@@ -242,6 +242,14 @@ def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
                 label="Alert threshold: p(yes) above which a standing question fires",
                 elem_id="watch-threshold",
             ),
+            "guidance_history": gr.Checkbox(
+                value=s.guidance_history,
+                label="Guide the memory by the last question and answer",
+                info="HERMES: after an answer, its guidance prompt starts with the question and answer, so "
+                "the memory keeps what was asked about; off, each compression costs less (the prompt is a "
+                "third as long)",
+                elem_id="guidance-history",
+            ),
         }
     # In the order of the settings' fields: the order the API takes them in.
     return {f.name: controls[f.name] for f in fields(StreamSettings) if f.name in controls}

@@ -18,6 +18,7 @@ from typing import Protocol, TypeVar
 
 from hermes.engine.persist import MemoryFileError, file_summary, load_session, read_session, resume_time
 from hermes.engine.session import StreamingSession
+from hermes.memory.config import HermesConfig
 from hermes.memory.persist import MemoryFile
 from hermes.models.base import VideoLM
 from hermes.serving.admission import host_memory_cap
@@ -56,6 +57,8 @@ def settings_of(memory: MemoryFile, current: StreamSettings) -> StreamSettings:
     policy: a file holds one memory); MemoryFileError when this app cannot run them."""
     config, state = memory.header["cache"]["config"], memory.header["session"]
     try:
+        # HERMES keeps its history constant with its policy; the memory constants hold the default.
+        history = state["policy"]["params"].get("hermes.history_tokens", config.get("history_tokens"))
         return dataclasses.replace(
             current,
             policy=state["policy"]["name"],
@@ -65,6 +68,7 @@ def settings_of(memory: MemoryFile, current: StreamSettings) -> StreamSettings:
             reindex=config["reindex"],
             max_positions=config.get("max_positions"),
             watch_threshold=state["standing"]["threshold"],
+            guidance_history=(HermesConfig.history_tokens if history is None else history) > 0,
             compare=False,
         )
     except (KeyError, TypeError, ValueError) as exc:

@@ -36,6 +36,9 @@ class StreamSettings:
     max_positions: int | None = None
     # p(yes) above which a standing question fires.
     watch_threshold: float = DEFAULT_THRESHOLD
+    # Whether the last question and answer lead HERMES's guidance prompt (`HermesConfig.history_tokens`
+    # each); off, every compression is guided as before the first question, and costs less.
+    guidance_history: bool = True
     # Host memory a retrieval policy (rekv) may keep every frame in, in MB; the stream stops there.
     # None: admission control's CPU allowance (`hermes.serving.admission.host_memory_cap`).
     host_cap_mb: float | None = None
@@ -83,6 +86,7 @@ class StreamSettings:
             fps=float(self.fps),
             reindex=self.reindex,
             max_positions=self.max_positions,
+            history_tokens=HermesConfig.history_tokens if self.guidance_history else 0,
         )
 
 
