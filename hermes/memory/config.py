@@ -48,8 +48,7 @@ class HermesConfig:
             raise ValueError(f"budget must be at least 1 video token, got {self.budget}")
         if self.recency_k <= 0:
             raise ValueError("recency_k (the forgetting rate k) must be positive")
-        if self.history_tokens < 0:
-            raise ValueError(f"history_tokens must be 0 (no history) or more, got {self.history_tokens}")
+        check_history_tokens(self.history_tokens)
         if not all(0.0 <= lam <= 1.0 for lam in self.smoothing):
             raise ValueError(f"smoothing strengths must lie in [0, 1], got {self.smoothing}")
         if self.alignment not in ("identity", "slot"):
@@ -70,3 +69,9 @@ class HermesConfig:
     def to_dict(self) -> dict:
         """Plain-data view, for JSON reports."""
         return asdict(self)
+
+
+def check_history_tokens(n: int) -> None:
+    """ValueError unless `n` can cap the guidance history: 0 (none) or more tokens."""
+    if n < 0:
+        raise ValueError(f"history_tokens must be 0 (no history) or more, got {n}")

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from hermes.memory.config import HermesConfig
+from hermes.memory.config import HermesConfig, check_history_tokens
 from hermes.memory.scorer import Guidance, LayerInputs, Scorer
 from hermes.memory.scoring import layer_score, recency
 from hermes.memory.tiers import Tier, TierMap
@@ -91,8 +91,7 @@ class TieredScorer:
     history_tokens: int = HermesConfig.history_tokens  # of the last question and of its answer, each
 
     def __post_init__(self) -> None:
-        if self.history_tokens < 0:
-            raise ValueError(f"history_tokens must be 0 (no history) or more, got {self.history_tokens}")
+        check_history_tokens(self.history_tokens)
 
     def guidance(self, tier: Tier) -> Guidance | None:
         # Long-term layers read the global prompt (the story so far); working layers the hybrid
@@ -128,8 +127,8 @@ class MemoryPolicy:
 
     @property
     def history_tokens(self) -> int:
-        """How many tokens of the last question, and of its answer, lead a guidance prompt; 0 for a
-        scorer that does not say (only HERMES's guidance prompt carries the conversation)."""
+        """How many tokens of the last question, and of its answer, lead a guidance prompt: the
+        scorer's `history_tokens`, the protocol's one optional member (`Scorer`); 0 without it."""
         return getattr(self.scorer, "history_tokens", 0)
 
     def over_capacity(self, slots: int) -> bool:

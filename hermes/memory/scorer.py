@@ -59,7 +59,11 @@ class LayerInputs:
 
 
 class Scorer(Protocol):
-    """Scores one layer's video slots (higher is kept)."""
+    """Scores one layer's video slots (higher is kept).
+
+    A scorer whose guidance prompt carries the conversation may also have `history_tokens`: how many
+    tokens of the last question, and of its answer, lead the prompt (`MemoryPolicy.history_tokens`).
+    """
 
     def guidance(self, tier: Tier) -> Guidance | None:
         """The probe query layers of `tier` need, or None when they score without attention."""

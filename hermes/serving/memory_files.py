@@ -57,8 +57,6 @@ def settings_of(memory: MemoryFile, current: StreamSettings) -> StreamSettings:
     policy: a file holds one memory); MemoryFileError when this app cannot run them."""
     config, state = memory.header["cache"]["config"], memory.header["session"]
     try:
-        # HERMES keeps its history constant with its policy; the memory constants hold the default.
-        history = state["policy"]["params"].get("hermes.history_tokens", config.get("history_tokens"))
         return dataclasses.replace(
             current,
             policy=state["policy"]["name"],
@@ -68,7 +66,7 @@ def settings_of(memory: MemoryFile, current: StreamSettings) -> StreamSettings:
             reindex=config["reindex"],
             max_positions=config.get("max_positions"),
             watch_threshold=state["standing"]["threshold"],
-            guidance_history=(HermesConfig.history_tokens if history is None else history) > 0,
+            guidance_history=config.get("history_tokens", HermesConfig.history_tokens) > 0,
             compare=False,
         )
     except (KeyError, TypeError, ValueError) as exc:
