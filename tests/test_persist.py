@@ -327,8 +327,10 @@ def test_a_stream_killed_and_restarted_from_its_checkpoint_ends_as_if_never_stop
     assert json.loads(asked.stdout)["text"] == _answer(whole.stdout)["text"]
 
 
-def test_bad_memory_files_and_options_get_one_clear_line(saved, clips, tmp_path, capsys):
+def test_bad_memory_files_and_options_get_one_clear_line(saved, clips, tmp_path, capsys, monkeypatch):
     from hermes.cli.main import main
+
+    monkeypatch.delenv("HERMES_DTYPE", raising=False)  # each refusal below, not the dtype's first
 
     junk = tmp_path / "junk"
     junk.write_text("not a memory\n" * 10)

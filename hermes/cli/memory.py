@@ -58,12 +58,13 @@ def check_memory_file_options(args: argparse.Namespace):
 
 
 def model_for(args: argparse.Namespace, memory) -> None:
-    """Take the model and dtype from a loaded memory file where the command line leaves them open."""
+    """Take the model and dtype from a loaded memory file where the command line leaves them open
+    ($HERMES_DTYPE, when set, still goes before the file's dtype, as for every command)."""
     model = memory.header["model"]
     if args.model is None:
         args.model = model.get("source")
-    if args.dtype is None and not os.environ.get(DTYPE_ENV):
-        args.dtype = model.get("dtype")
+    if args.dtype is None:
+        args.dtype = os.environ.get(DTYPE_ENV) or model.get("dtype")
 
 
 def resumed_session(args: argparse.Namespace, memory, lm, host_cap: int | None):
