@@ -25,12 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import torch
-from transformers.cache_utils import Cache, LinearAttentionLayer
+from transformers.cache_utils import LinearAttentionLayer
 
 from hermes.engine.metrics import now_ms
 from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
 from hermes.memory.buffer import BufferLayer
 from hermes.memory.cache import HermesCache
+from hermes.memory.hybrid import HybridCache
 from hermes.models.base import VideoLM
 from hermes.models.gemm import flush_denormals
 
@@ -150,7 +151,7 @@ class BatchStateLayer(LinearAttentionLayer):
         )
 
 
-class BatchCache(Cache):
+class BatchCache(HybridCache):
     """A temporary transformers Cache of several sessions' memories side by side (dim 0),
     left-padded to one length. It is built from copies: the sessions' memories are never written.
     `linear` lists a hybrid model's linear-attention layers, which hold states instead of keys."""

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import Cache
 
 from hermes.memory.buffer import BufferLayer, kv_bytes
 from hermes.memory.config import HermesConfig
+from hermes.memory.hybrid import HybridCache
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.state import StateLayer
@@ -328,7 +328,7 @@ class HermesLayer(BufferLayer):
         )
 
 
-class HermesCache(Cache):
+class HermesCache(HybridCache):
     """The hierarchical memory of one stream, as a transformers Cache the model runs on directly.
 
     `config` gives the budget and the re-indexing mode; `rope` the model's rotary frequencies;
