@@ -95,6 +95,23 @@ class VideoLM(ABC):
         self.device = execution_device(model.get_input_embeddings())
         self.dtype = next(model.parameters()).dtype
         self.text_config = model.config.get_text_config(decoder=True)
+        self.check_config()
+
+    def check_config(self) -> None:
+        """ValueError, in one line, for a config that cannot describe these weights: a layer count
+        other than the decoder's, a layer kind per layer that does not add up, or a rotary that turns
+        no channel or more than a head has. Computing on such a model would only give garbage."""
+        layers = len(self.language_model.layers)
+        if self.num_layers != layers:
+            raise ValueError(f"its config says {self.num_layers} decoder layers, its weights have {layers}")
+        kinds = getattr(self.text_config, "layer_types", None)
+        if kinds is not None and len(kinds) != layers:
+            raise ValueError(f"its config lists {len(kinds)} layer kinds for {layers} decoder layers")
+        if self.kv_layers < 1:
+            raise ValueError("it has no attention layer: a HERMES memory has nothing to keep")
+        rotary, head_dim = self.rope_spec().rotary_dim, self.head_dim
+        if not 0 < rotary <= head_dim:
+            raise ValueError(f"its rotary turns {rotary} channels of a {head_dim}-channel head")
 
     # -- structure -----------------------------------------------------------------------
     @property
@@ -132,11 +149,15 @@ class VideoLM(ABC):
         return int(self.text_config.max_position_embeddings)
 
     @property
+    def head_dim(self) -> int:
+        """Channels of one attention head (its key and value)."""
+        c = self.text_config
+        return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """Bytes one token takes in a HermesCache of this model, over all its key-value layers."""
-        c = self.text_config
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        return kv_bytes_per_token(self.kv_layers, c.num_key_value_heads, head_dim, self.dtype)
+        return kv_bytes_per_token(self.kv_layers, self.text_config.num_key_value_heads, self.head_dim, self.dtype)
 
     def riding(self, cache: HermesCache, keep: int) -> AbstractContextManager[HermesCache]:
         """Within: the tokens of a forward pass after its first `keep` ride on it

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 from transformers.utils import logging as hf_logging
 
@@ -60,6 +62,10 @@ AUTO_DTYPE_HELP = (
 )
 # accelerate's strategies for spreading a model over the visible GPUs (and the CPU when it must).
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+# A decoder or vision layer's weights, by the module path transformers names them with.
+_LAYER = re.compile(r"^(.*?(?:layers|blocks)\.\d+)\.")
 
 
 class ModelLoadError(RuntimeError):
@@ -149,6 +155,8 @@ def _load_config(source: str):
         return AutoConfig.from_pretrained(source, local_files_only=True), True
     except (OSError, ValueError):
         pass
+    except StrictDataclassError as exc:  # a config that its own class's validators refuse
+        raise ModelLoadError(f"Cannot load model {source!r}: its config is invalid: {exc.__cause__ or exc}") from exc
     offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
     if offline or not _hub_reachable():
         why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
@@ -203,17 +211,42 @@ def load_video_lm(
         placement["offload_folder"] = str(offload_folder)
     try:
         processor = AutoProcessor.from_pretrained(source, local_files_only=local)
-        model = AutoModelForImageTextToText.from_pretrained(
-            source, local_files_only=local, dtype=torch_dtype, attn_implementation="sdpa", **placement
+        model, info = AutoModelForImageTextToText.from_pretrained(
+            source,
+            local_files_only=local,
+            dtype=torch_dtype,
+            attn_implementation="sdpa",
+            output_loading_info=True,
+            **placement,
         )
+        check_layers_loaded(info)
         if device_map is None:
             model = model.to(dev)
         card = ModelCard.read(source) if Path(source).is_dir() else ModelCard()
+        # Nothing here trains a loaded model; and a parameter that asks for gradients makes torch's
+        # module tracers (the bench's FLOP counter) hook the backward of every kernel it is passed to.
+        model.requires_grad_(False)
+        lm = wrap(model, processor, source=name, random_weights=random_weights)
     except (OSError, ValueError, ImportError) as exc:
         raise ModelLoadError(f"Cannot load model {name!r}: {exc}") from exc
-    lm = wrap(model, processor, source=name, random_weights=random_weights)
     lm.card = card
     return lm
+
+
+def check_layers_loaded(info: dict[str, Any]) -> None:
+    """ValueError, in one line, when the checkpoint's layers are not the config's: weights of a layer
+    that the config does not build, or a layer the config builds that has no weights (it would run on
+    random initial values). `info` is `from_pretrained`'s loading info."""
+    for kind, says in (
+        ("unexpected_keys", "weights for layers its config does not build"),
+        ("missing_keys", "no weights for layers its config builds"),
+    ):
+        layers = sorted({m.group(1) for key in info.get(kind, ()) if (m := _LAYER.search(key))})
+        if layers:
+            shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+            raise ValueError(
+                f"its checkpoint has {says} ({shown}): the config's layer count disagrees with the weights"
+            )
 
 
 def wrap(model: Any, processor: Any, source: str = "", random_weights: bool = False) -> VideoLM:
