@@ -22,6 +22,7 @@ from hermes.memory.rivals.sink import SinkWindow
 from hermes.memory.rivals.streammem import FramePrototypes, ProxyAttention
 from hermes.memory.rope import RopeSpec
 from hermes.memory.scorer import LayerInputs
+from hermes.memory.selection import TopK
 from hermes.memory.tiers import Tier, TierMap
 
 HEADS, DIM, LAYERS = 2, 8, 3
@@ -35,11 +36,12 @@ def filled_cache(
     frames: torch.Tensor,
     budget: int,
     dtype: torch.dtype = torch.float32,
+    params: dict | None = None,
 ):
     """A 1D-RoPE cache whose every layer holds the same video slots `keys`/`values` (heads, n, dim)
-    for tokens of `frames`, at positions 0..n-1 (no prefix)."""
+    for tokens of `frames`, at positions 0..n-1 (no prefix), under `policy` with `params`."""
     config = HermesConfig(budget=budget)
-    pol = make_policy(policy, config)
+    pol = make_policy(policy, config, params)
     spec = RopeSpec(1.0 / (10000 ** (torch.arange(0, DIM, 2).float() / DIM)))
     cache = HermesCache(LAYERS, spec, config, pol.capacity)
     n = frames.numel()
@@ -300,15 +302,19 @@ def _rope(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+@pytest.mark.parametrize("prototype", ["weighted", "mean"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_tokens(dtype):
+def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_tokens(dtype, prototype):
+    """The prototype of a frame's evicted tokens is their saliency-weighted mean (the paper's Eq. 2,
+    the default), or their plain mean with `streammem.prototype=mean`."""
     frames = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
     attention = torch.tensor([0.30, 0.01, 0.02, 0.20, 0.15, 0.03, 0.10, 0.05, 0.04])
     g = torch.Generator().manual_seed(2)
     keys, values = torch.randn(HEADS, 9, DIM, generator=g), torch.randn(HEADS, 9, DIM, generator=g)
     budget = 6
     keys, values = keys.to(dtype).float(), values.to(dtype).float()  # what a 16-bit cache holds
-    cache, pol, spec = filled_cache("streammem", keys, values, frames, budget, dtype)
+    params = {} if prototype == "weighted" else {"streammem.prototype": prototype}
+    cache, pol, spec = filled_cache("streammem", keys, values, frames, budget, dtype, params)
     atol = 1e-5 if dtype == torch.float32 else 2e-2
     assert pol.guidance(Tier.SENSORY) == "template"
     compress(cache, pol, [attention] * LAYERS)
@@ -322,12 +328,30 @@ def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_to
         k, v = layer.keys[0], layer.values[0]
         for slot, token in enumerate(expected):
             group = groups.get(token, [token])
-            want_v = torch.stack([values[:, t] for t in group]).mean(0)
-            want_k = torch.stack([_rope(keys[:, t], token - t, spec) for t in group]).mean(0)
+            a = (
+                attention[group] / attention[group].sum()
+                if prototype == "weighted"
+                else torch.full((len(group),), 1 / len(group))
+            )
+            want_v = sum(a[j] * values[:, t] for j, t in enumerate(group))
+            want_k = sum(a[j] * _rope(keys[:, t], token - t, spec) for j, t in enumerate(group))
             assert torch.allclose(v[:, slot].float(), want_v, atol=atol)
             assert torch.allclose(k[:, slot].float(), want_k, atol=atol)
             if layer._k0 is not None:  # a 16-bit cache's origin key: the prototype at its own origin
                 assert torch.allclose(layer._k0[0, :, slot].float(), want_k, atol=atol)
+
+
+def test_streammem_weighted_and_plain_prototypes_differ_and_none_keeps_top_k():
+    scores, frames = torch.tensor([0.9, 0.6, 0.3, 0.1]), torch.tensor([0, 0, 0, 0])
+    plan = FramePrototypes(2).plan(scores, torch.arange(4), frames, Tier.SENSORY)
+    assert plan[0].tolist() == [0, 1]  # the best token, then the frame's prototype in its best evicted slot
+    (merge,) = plan[1]
+    assert merge.slots.tolist() == [1, 2, 3] and torch.allclose(merge.weights, torch.tensor([0.6, 0.3, 0.1]))
+    assert FramePrototypes(2, weighted=False).plan(scores, torch.arange(4), frames, Tier.SENSORY)[1][0].weights is None
+    none = make_policy("streammem", HermesConfig(budget=2), {"streammem.prototype": "none"})
+    assert type(none.selection) is TopK
+    with pytest.raises(PolicyError, match="prototype must be one of weighted, mean, none"):
+        make_policy("streammem", HermesConfig(budget=2), {"streammem.prototype": "max"})
 
 
 def test_streammem_plan_falls_back_to_top_k_when_frames_outnumber_slots():

@@ -29,7 +29,7 @@ from hermes.memory.rivals.infinipot import TarVan
 from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
 from hermes.memory.rivals.simplestream import RecentFrames, RecentWindow
 from hermes.memory.rivals.sink import SinkWindow
-from hermes.memory.rivals.streammem import FramePrototypes, ProxyAttention
+from hermes.memory.rivals.streammem import ProxyAttention
 from hermes.memory.selection import TopK
 from hermes.memory.smoothing import CrossLayerSmoothing
 
@@ -149,7 +149,7 @@ METHODS: dict[str, Method] = {
             "StreamMem",
             "#15803d",
             "template attention + frame prototypes",
-            lambda c, scorer: Policy(scorer=scorer, selection=FramePrototypes(c.budget)),
+            lambda c, scorer: Policy(scorer=scorer, selection=scorer.selection(c.budget)),
             lambda c: ProxyAttention(),
             frozenset({ATTENTION, BUDGET}),
         ),

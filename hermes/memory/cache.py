@@ -30,6 +30,7 @@ from hermes.memory.buffer import BufferLayer, kv_bytes
 from hermes.memory.config import HermesConfig
 from hermes.memory.hybrid import HybridCache
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
+from hermes.memory.selection import Merge
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.state import StateLayer
 from hermes.memory.tiers import TierMap
@@ -217,19 +218,17 @@ class HermesLayer(BufferLayer):
         """Forget the scratch tokens: the layer holds its memory exactly as before."""
         self.length = self.committed
 
-    def evict(
-        self, keep: torch.Tensor, scores: torch.Tensor, summarise: bool, merges: Sequence[torch.Tensor] = ()
-    ) -> int:
+    def evict(self, keep: torch.Tensor, scores: torch.Tensor, summarise: bool, merges: Sequence[Merge] = ()) -> int:
         """Keep the video slots `keep` (indices in stream order) with their `scores`, in place; fold
         the others into the summary slot if `summarise`. Returns how many were evicted.
 
         Each of `merges` is a group of video slots whose first one is kept: that slot then holds
-        the group's mean key and value instead of its own (a prototype), keys phase-aligned to it
-        first, as the summary's are."""
+        the group's mean key and value (weighed, if the group has weights) instead of its own (a
+        prototype), keys phase-aligned to it first, as the summary's are."""
         if self.length != self.committed:
             raise RuntimeError("discard or commit the scratch tokens before evicting")
         p, off = self.prefix_len, self.video_offset
-        prototypes = [self._merge(group + off) for group in merges]  # read before the buffers move
+        prototypes = [self._merge(m.slots + off, m.weights) for m in merges]  # read before the buffers move
         mask = torch.ones(self.slots - off, dtype=torch.bool)
         mask[keep] = False
         evicted = mask.nonzero().squeeze(1)
@@ -245,8 +244,8 @@ class HermesLayer(BufferLayer):
             t[..., p + head : p + head + keep.numel(), :] = t.index_select(-2, src)
         if merges:
             where = {int(slot): i for i, slot in enumerate(keep)}
-            for group, values in zip(merges, prototypes, strict=True):
-                at = p + head + where[int(group[0])]
+            for merge, values in zip(merges, prototypes, strict=True):
+                at = p + head + where[int(merge.slots[0])]
                 for t, value in zip(self._buffers(), values, strict=True):
                     t[..., at : at + 1, :] = value
         ids, frames, patches = self.stream_ids[kept_slots], self.frames[kept_slots], self.patches[kept_slots]
@@ -292,14 +291,21 @@ class HermesLayer(BufferLayer):
             v_sum = v_sum + n * self._v[..., p : p + 1, :].float()
         return (k_sum / (n + m)).to(self._k.dtype), (v_sum / (n + m)).to(self._v.dtype)
 
-    def _merge(self, slots: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The mean key and value of `slots` (slot indices after the prefix), keys first rotated to
-        where the first slot sits; as many tensors as `_buffers` (the origin key too, if kept)."""
+    def _merge(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """The mean key and value of `slots` (slot indices after the prefix), weighed by `weights` if
+        given, keys first rotated to where the first slot sits; as many tensors as `_buffers` (the
+        origin key too, if kept)."""
         idx = (self.prefix_len + slots).to(self.device)
         keys, at = self.origin_keys()
         first = slots[:1]
-        k = rotate_keys(keys.index_select(-2, idx), at[:, first] - at[:, slots], self.rope).float().mean(-2, True)
-        v = self._v.index_select(-2, idx).float().mean(-2, True).to(self._v.dtype)
+        k = rotate_keys(keys.index_select(-2, idx), at[:, first] - at[:, slots], self.rope).float()
+        v = self._v.index_select(-2, idx).float()
+        if weights is None:
+            k, v = k.mean(-2, True), v.mean(-2, True)
+        else:
+            w = weights.float().to(self.device)[:, None]
+            k, v = (k * w).sum(-2, True), (v * w).sum(-2, True)
+        v = v.to(self._v.dtype)
         if self._k0 is None:
             return k.to(self._k.dtype), v
         # The origin key sits at the first slot's origin; the key itself at its current position.
@@ -522,7 +528,7 @@ class HermesCache(HybridCache):
         keep: Sequence[torch.Tensor],
         scores: Sequence[torch.Tensor],
         summarise: Sequence[bool],
-        merges: Sequence[Sequence[torch.Tensor]] | None = None,
+        merges: Sequence[Sequence[Merge]] | None = None,
     ) -> list[int]:
         """Per HERMES layer: keep those video slots, fold the rest into the summary where asked, and turn
         each merge group's first slot into the group's prototype (`HermesLayer.evict`)."""

@@ -21,6 +21,7 @@ import torch
 from hermes.memory.config import HermesConfig, check_history_tokens
 from hermes.memory.scorer import Guidance, LayerInputs, Scorer
 from hermes.memory.scoring import layer_score, recency
+from hermes.memory.selection import Merge
 from hermes.memory.tiers import Tier, TierMap
 
 __all__ = [
@@ -65,7 +66,7 @@ class Selection(Protocol):
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, list[Merge]]:
         """The slots a layer keeps (stream order) and its merge groups, each led by a kept slot."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -17,6 +18,14 @@ def top_k(scores: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
     newest_first = torch.argsort(ids, descending=True)
     _, order = torch.sort(scores.float()[newest_first], descending=True, stable=True)
     return newest_first[order[:k]].sort().values
+
+
+class Merge(NamedTuple):
+    """Video slots that become one prototype, held in the slot of the first (which is kept): the
+    mean of their keys and values, weighed by `weights` (one per slot, summing to 1) if given."""
+
+    slots: torch.Tensor
+    weights: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,6 @@ class TopK:
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, list[Merge]]:
         """The video slots a layer keeps (stream order), and no merge groups."""
         return top_k(scores, ids, self.video_slots(tier)), []

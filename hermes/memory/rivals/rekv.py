@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from hermes.memory.scorer import Guidance, LayerInputs
-from hermes.memory.selection import TopK
+from hermes.memory.selection import Merge, TopK
 from hermes.memory.tiers import Tier
 
 SIMILARITIES = ("dot", "cosine")
@@ -85,7 +85,7 @@ class FrameWindow(TopK):
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, list[Merge]]:
         """The slots of the newest frames whose tokens fit in the capacity (stream order)."""
         starts = frame_runs(frames)
         ends = torch.cat([starts[1:], torch.tensor([frames.numel()])])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from hermes.memory.scorer import Guidance, LayerInputs
-from hermes.memory.selection import TopK
+from hermes.memory.selection import Merge, TopK
 from hermes.memory.tiers import Tier
 
 
@@ -63,7 +63,7 @@ class RecentFrames(TopK):
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, list[Merge]]:
         """The slots whose frame is among the newest `window` frame indices (stream order)."""
         if frames.numel() == 0:
             return torch.zeros(0, dtype=torch.long), []

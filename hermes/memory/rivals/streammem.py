@@ -5,8 +5,11 @@ Section 3.2: after each clip the KV cache is compressed to a fixed size, query-a
 saliency of a visual token is the attention that the chat template's tokens after the video (the
 end of the user turn and the start of the assistant turn) pay to it, averaged over heads and
 template tokens, used as a proxy for the unknown question. Section 3.3: each layer keeps its
-top-k visual tokens by that saliency. Section 3.4: the tokens of a frame that are evicted are
-merged into one prototype KV of that frame (their mean), which stays in the memory.
+top-k visual tokens by that saliency. Section 3.4, Eq. 2: the tokens of a frame that are evicted
+are merged into one prototype KV of that frame, which stays in the memory: K = sum_j a_j K_j and
+V = sum_j a_j V_j, where a_j is token j's saliency normalised over the frame's merged tokens. The
+paper's ablation (its Table 5) ranks that weighted merge above a plain mean above no merge, so
+`streammem.prototype` takes all three: `weighted` (the paper's, the default), `mean` and `none`.
 
 Differences from the paper: the prototype takes the slot (and position) of the frame's best
 evicted token, keys rotated there before averaging, so that the memory keeps its fixed length
@@ -22,13 +25,28 @@ from dataclasses import dataclass
 import torch
 
 from hermes.memory.scorer import Guidance, LayerInputs
-from hermes.memory.selection import TopK, top_k
+from hermes.memory.selection import Merge, TopK, top_k
 from hermes.memory.tiers import Tier
+
+PROTOTYPES = ("weighted", "mean", "none")
 
 
 @dataclass(frozen=True)
 class ProxyAttention:
-    """Saliency: the attention the chat template's tokens pay to each slot."""
+    """Saliency: the attention the chat template's tokens pay to each slot. `prototype` says how a
+    frame's evicted tokens are merged: by saliency (Eq. 2), as a plain mean, or not at all."""
+
+    prototype: str = "weighted"
+
+    def __post_init__(self) -> None:
+        if self.prototype not in PROTOTYPES:
+            raise ValueError(f"streammem.prototype must be one of {', '.join(PROTOTYPES)}; got {self.prototype!r}")
+
+    def selection(self, budget: int) -> TopK:
+        """Top-k by saliency, with this prototype merge."""
+        if self.prototype == "none":
+            return TopK(budget)
+        return FramePrototypes(budget, weighted=self.prototype == "weighted")
 
     def guidance(self, tier: Tier) -> Guidance | None:
         return "template"
@@ -44,11 +62,14 @@ class ProxyAttention:
 @dataclass(frozen=True)
 class FramePrototypes(TopK):
     """Top-k by score, plus one prototype per frame that loses tokens, `capacity` slots in all (no
-    summary slot: the prototypes are StreamMem's memory of the evicted)."""
+    summary slot: the prototypes are StreamMem's memory of the evicted). `weighted`: each token
+    weighs in by its score, normalised over the frame's merged tokens (Eq. 2); else a plain mean."""
+
+    weighted: bool = True
 
     def plan(
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[torch.Tensor, list[Merge]]:
         """The slots kept (stream order) and the merge groups, each led by its kept representative.
 
         The largest k is chosen such that the k best tokens plus one prototype per frame among
@@ -77,4 +98,12 @@ class FramePrototypes(TopK):
         _, counts = torch.unique_consecutive(code[grouped], return_counts=True)
         groups = list(torch.split(grouped, counts.tolist()))
         keep = torch.cat([order[:k], torch.stack([g[0] for g in groups])]).sort().values
-        return keep, [g for g in groups if g.numel() > 1]
+        return keep, [Merge(g, self._weights(scores[g])) for g in groups if g.numel() > 1]
+
+    def _weights(self, saliency: torch.Tensor) -> torch.Tensor | None:
+        """Eq. 2's a_j, the saliency normalised over the group; None (a plain mean) when unweighted or
+        when the group has no saliency to share out."""
+        total = saliency.float().clamp(min=0).sum()
+        if not self.weighted or float(total) <= 0.0:
+            return None
+        return saliency.float().clamp(min=0) / total
