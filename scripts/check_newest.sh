@@ -26,9 +26,14 @@ from importlib.metadata import distributions
 def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
+from packaging.markers import Marker
+
 locked = {}
 for line in open("requirements.txt"):
-    name, version = line.split(";")[0].strip().split("==")
+    pin, _, marker = line.partition(";")
+    if marker.strip() and not Marker(marker.strip()).evaluate():
+        continue  # a package of another platform or Python
+    name, version = pin.strip().split("==")
     locked[canonical(name)] = version
 installed = {canonical(d.metadata["Name"]): d.version for d in distributions()}
 direct = {canonical(m[0]) for m in (re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", line.split("#")[0]) for line in open("requirements.in")) if m}
