@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from hermes.engine.session import StreamBound, StreamingSession
 from hermes.eval.prompts import mvbench_prompt
@@ -125,17 +126,21 @@ def _question_query(module, hidden: torch.Tensor) -> torch.Tensor:
     return q.mean(0).flatten()
 
 
-@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+@pytest.mark.parametrize(("similarity", "context"), [("dot", "window"), ("cosine", "window"), ("dot", "retrieved")])
 @torch.no_grad()
-def test_each_layer_brings_back_the_frames_its_question_alone_ranks_first(lm, similarity):
+def test_each_layer_brings_back_the_frames_its_question_alone_ranks_first(lm, similarity, context):
     """The retrieval query is the question's own words (the benchmark prompt around it, with its
     options, is read afterwards), and frames rank by the dot product (ReKV's code) or the cosine of
     its mean query with each frame's mean key, both before RoPE: checked against an oracle built
     from the model's weights and its own pre-RoPE keys, not from the engine's code. (Which of the
-    two rules ranks is told apart on a hand-built store above: on random tiny models they mostly agree.)"""
+    two rules ranks is told apart on a hand-built store above: on random tiny models they mostly agree.)
+    With the window holding no frame every frame is a candidate; with ReKV's own context
+    (`rekv.context=retrieved`) every frame is a candidate too, the window's among them."""
     question = "Which colour is the ball that rolls past?"
     prompt = mvbench_prompt(question, ["red", "green", "blue"])
-    s = _session(lm, "rekv", budget=1, params={"rekv.top_k": 2, "rekv.similarity": similarity})
+    budget = 1 if context == "window" else _session(lm, "full", 10_000).ingest(random_chunk(0, 2)).tokens
+    params = {"rekv.top_k": 2, "rekv.similarity": similarity, "rekv.context": context}
+    s = _session(lm, "rekv", budget=budget, params=params)
     modules = lm.attention_modules()
     keys: dict[int, list[torch.Tensor]] = {}
     token_frames = []
@@ -149,7 +154,9 @@ def test_each_layer_brings_back_the_frames_its_question_alone_ranks_first(lm, si
         for h in handles:
             h.remove()
     token_frames = torch.cat(token_frames)
-    assert s.memory.slots == 0  # a window of one slot holds no whole frame: every frame is a candidate
+    # A window of one slot holds no whole frame; a window of a chunk's tokens holds the last chunk's.
+    window = s.memory.kv_layers[0].frames.unique().tolist()
+    assert window == [] if context == "window" else window and set(window) <= {4, 5}
     hidden: dict[int, torch.Tensor] = {}
 
     def first_input(i):
@@ -190,6 +197,75 @@ def test_each_layer_brings_back_the_frames_its_question_alone_ranks_first(lm, si
             assert got == best, (i, got, best)
         else:
             assert min(float(sim[frames == f]) for f in got) >= float(sim[ranked[1]]) - tol, i
+
+
+def test_rekvs_own_context_with_every_frame_equals_the_full_cache(llava_lm):
+    """`rekv.context=retrieved` (ReKV's code): the answer reads the prefix and the retrieved frames
+    alone, chosen among all frames (the window's included) at contiguous positions after the prefix.
+    Bringing back every frame of one chunk is then the full cache exactly; fewer frames is not."""
+    lm = llava_lm
+    full = _session(lm, "full", budget=10_000, frames=6)
+    tokens = full.ingest(random_chunk(0, 6)).tokens
+    expected = full.first_token_logprobs(QUESTION)
+    own = {"rekv.context": "retrieved"}
+    every = _session(lm, "rekv", budget=tokens // 3 + 1, frames=6, params={"rekv.top_k": 100, **own})
+    every.ingest(random_chunk(0, 6))
+    assert 0 < every.memory.slots < tokens
+    state = memory_state(every.memory)
+    got = every.first_token_logprobs(QUESTION)
+    assert_same_memory(state, every.memory)  # the question's own context is scratch
+    held = set(every.question.store.block_frame.tolist())
+    assert all(set(f) == held for f in every.question.last.frames.values())  # the window's frames too
+    assert (got - expected).abs().max() < 1e-4
+    fewer = _session(lm, "rekv", budget=tokens // 3 + 1, frames=6, params={"rekv.top_k": 5, **own})
+    fewer.ingest(random_chunk(0, 6))
+    assert (fewer.first_token_logprobs(QUESTION) - expected).abs().max() > 1e-4
+
+
+@torch.no_grad()
+def test_rekvs_own_context_rerotates_the_chosen_frames_after_the_prefix(llava_lm):
+    """The chosen frames come back one after another from the prefix's end, in stream order, and the
+    question after them: the answer equals one read from a cache built by hand from the full
+    cache's keys (RoPE written out) and values of the same tokens."""
+    lm = llava_lm
+    full = _session(lm, "full", budget=10_000, frames=6)
+    full.ingest(random_chunk(0, 6))
+    own = _session(lm, "rekv", budget=1, frames=6, params={"rekv.top_k": 3, "rekv.context": "retrieved"})
+    own.ingest(random_chunk(0, 6))
+    store, picked = own.question.store, {}
+    gather = store.gather
+
+    def spy(layer, picks):  # which tokens each layer brought back: (block, tokens from its start)
+        picked[layer] = list(picks)
+        return gather(layer, picks)
+
+    store.gather = spy
+    got = own.first_token_logprobs(QUESTION)
+    p, spec = full.memory.prefix_len, full.memory.rope
+    cache = DynamicCache()
+    for n, layer in enumerate(full.memory.kv_layers):
+        assert len(picked[n]) == 3
+        # The full cache's slots of the same tokens: each block's first `count` tokens of its frame.
+        slots = torch.cat(
+            [(layer.frames == int(store.block_frame[b])).nonzero().squeeze(1)[:count] for b, count in picked[n]]
+        )
+        k, v = layer.keys[..., p + slots, :].float(), layer.values[..., p + slots, :]
+        moved = [_rope_by(k[..., j, :], p + j - int(layer.positions[0, s]), spec) for j, s in enumerate(slots.tolist())]
+        keys = torch.cat([layer.keys[..., :p, :], torch.stack(moved, dim=-2).to(k.dtype)], -2)
+        cache.update(keys, torch.cat([layer.values[..., :p, :], v], -2), n)
+    ids = lm.question_ids(QUESTION)
+    start = p + sum(count for _, count in picked[0])
+    logits = lm.forward(cache, ids, start + torch.arange(ids.shape[-1])[None])
+    assert (got - torch.log_softmax(logits[0, -1].float(), dim=-1)).abs().max() < 1e-4
+
+
+def _rope_by(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
+    """RoPE by `delta` positions, written out: pairs (x_i, x_{i+d/2}) turned by delta * theta_i."""
+    half = keys.shape[-1] // 2
+    angle = delta * spec.inv_freq.double()
+    cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
+    x1, x2 = keys[..., :half], keys[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alone(lm):

@@ -25,6 +25,7 @@ from hermes.memory.cache import ChunkMeta, HermesCache
 from hermes.memory.persist import STORE, MemoryFile, MemoryFileError, pack_store, unpack_store
 from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rivals.rekv import FrameRetrieval
+from hermes.memory.rope import compact_positions, rotate_keys
 from hermes.models.base import VideoLM
 
 
@@ -55,16 +56,20 @@ class Retrieval(QuestionStep):
         return HostRetrieval(self.rule, memory, name, host_cap)
 
 
-def candidate_blocks(memory: HermesCache, store: HostStore) -> torch.Tensor:
-    """The store's frame blocks whose frame is no longer in the window: the frames still there are
-    attended to as they are, and a key held twice would count twice."""
+def candidate_blocks(memory: HermesCache, store: HostStore, every: bool = False) -> torch.Tensor:
+    """The store's frame blocks a question chooses from: those whose frame is no longer in the window
+    (the frames still there are attended to as they are, and a key held twice would count twice), or
+    `every` block, for a context of the retrieved frames alone."""
+    if every:
+        return torch.arange(len(store))
     window = memory.kv_layers[0].frames.unique()
     return (~torch.isin(store.block_frame, window)).nonzero().squeeze(1)
 
 
 class FrameRetriever:
     """Context manager around one forward pass over a question: brings `tokens` tokens of each
-    layer's best frames among `candidates` (store blocks) into the columns after the memory."""
+    layer's best frames among `candidates` (store blocks) into the columns from `at`, at the
+    positions they were computed at, or, given `rebase`, re-rotated to contiguous positions from it."""
 
     def __init__(
         self,
@@ -74,6 +79,8 @@ class FrameRetriever:
         rule: FrameRetrieval,
         candidates: torch.Tensor,
         tokens: int,
+        at: int,
+        rebase: int | None = None,
     ) -> None:
         self.modules = attention_modules
         self.memory = memory
@@ -82,15 +89,15 @@ class FrameRetriever:
         self.candidates = candidates
         self.lengths = store.block_length[candidates]
         self.tokens = tokens
+        self.at, self.rebase = at, rebase
         self.cost = RetrievalCost(tokens=tokens)
         self._handles: list = []
 
     def __enter__(self) -> FrameRetriever:
-        at = self.memory.prefix_len + self.memory.slots
         for layer in self.memory.kv_layers:
             layer.take_columns(self.tokens)
         for module in self.modules:
-            self._handles.append(module.register_forward_pre_hook(self._hook(at), with_kwargs=True))
+            self._handles.append(module.register_forward_pre_hook(self._hook(self.at), with_kwargs=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -110,6 +117,9 @@ class FrameRetriever:
             order = self.rule.rank(query, keys)
             picks = [(int(self.candidates[i]), n) for i, n in self.rule.take(order, self.lengths, self.tokens)]
             k, v = self.store.gather(self.memory.kv_layer_indices.index(layer), picks)
+            if self.rebase is not None:  # one after another from `rebase`, in stream order
+                old = self.store.positions(picks)
+                k = rotate_keys(k, compact_positions(old, self.rebase) - old, self.memory.rope)
             self.memory.layers[layer].write_columns(at, k, v)
             self.cost.frames[layer] = [int(self.store.block_frame[b]) for b, _ in picks]
             self.cost.bytes += k.nbytes + v.nbytes
@@ -131,14 +141,22 @@ class HostRetrieval(QuestionState):
         self.cap_bytes = cap_bytes
         self.store = HostStore(memory.rope)
         self.last = RetrievalCost()  # the last question's
+        self.prefix_len = 0  # the memory's, known once a chunk is in: a question's own context copies it
 
     def start_position(self, memory: HermesCache, tokens: int) -> int:
         """After every frame held: positions are never compacted (see the class's note)."""
-        return self.next_position(memory)
+        return self._after_all(memory)
 
     def next_position(self, memory: HermesCache) -> int:
-        """Where new tokens go: after the window and after every frame of the store (the window
-        may hold none of them)."""
+        """Where a question's tokens go: after every frame held, or, when the answer reads the
+        retrieved frames alone, after them (they take the positions after the prefix)."""
+        if not self.rule.contiguous:
+            return self._after_all(memory)
+        every = self.store.block_length
+        return memory.prefix_len + (self.rule.tokens_to_bring(every, self.rule.top_k) if every.numel() else 0)
+
+    def _after_all(self, memory: HermesCache) -> int:
+        """After the window and after every frame of the store (the window may hold none of them)."""
         return max(memory.next_position, self.store.next_position)
 
     def room(self, frames: torch.Tensor) -> int:
@@ -147,12 +165,13 @@ class HostRetrieval(QuestionState):
         if frames.numel() == 0:
             return 0
         _, counts = torch.unique_consecutive(frames, return_counts=True)
-        return self.rule.top_k * int(counts.max())
+        return self.rule.top_k * int(counts.max()) + (self.prefix_len if self.rule.contiguous else 0)
 
     def after_prefill(self, memory: HermesCache, meta: ChunkMeta) -> None:
         """Copy the chunk `meta` describes, just written after the memory, into the host store
         (every frame, as computed, before the window moves on)."""
         end, n = memory.get_seq_length(), len(meta)
+        self.prefix_len = memory.prefix_len
         self.store.add(
             [(k[..., end - n :, :], v[..., end - n :, :]) for k, v in memory.kv()], meta.frames, meta.positions
         )
@@ -171,7 +190,7 @@ class HostRetrieval(QuestionState):
             )
         config = memory.config
         limit = config.max_positions
-        if limit is not None and self.next_position(memory) + tokens + config.position_margin > limit:
+        if limit is not None and self._after_all(memory) + tokens + config.position_margin > limit:
             return (
                 f"{self.name} keeps every frame at the position it was computed at (frames come back from host "
                 f"memory unrotated), so the stream stops when the model's {limit:,} positions run out "
@@ -215,15 +234,26 @@ class HostRetrieval(QuestionState):
 
         As in ReKV, the frames are chosen in a pass of their own over the `query` tokens alone (the
         question's words: `FrameRetriever`'s hooks read their queries); those tokens are then
-        dropped, the frames stay, and `ids` (the whole prompt) follow at the same positions."""
-        candidates = candidate_blocks(memory, self.store)
+        dropped, the frames stay, and `ids` (the whole prompt) follow at the same positions. When the
+        answer reads the retrieved frames alone (`rule.contiguous`), every frame is a candidate and the
+        model reads a copy of the prefix, then the frames, from where the memory ends
+        (`HermesCache.hide_slots`), until the caller drops the scratch tokens."""
+        contiguous = self.rule.contiguous
+        candidates = candidate_blocks(memory, self.store, every=contiguous)
         if candidates.numel() == 0:  # every frame is still in the window
             self.last = RetrievalCost()
             return lm.forward(memory, ids, positions, **kwargs)
         tokens = self.rule.tokens_to_bring(self.store.block_length[candidates], self.rule.top_k)
         n = query.shape[-1]
-        memory.reserve(tokens + max(n, ids.shape[-1]))
-        with FrameRetriever(lm.attention_modules(), memory, self.store, self.rule, candidates, tokens) as retriever:
+        p = memory.prefix_len
+        memory.reserve((p if contiguous else 0) + tokens + max(n, ids.shape[-1]))
+        if contiguous:
+            memory.hide_slots()
+        at = memory.kv_layers[0].length
+        retriever = FrameRetriever(
+            lm.attention_modules(), memory, self.store, self.rule, candidates, tokens, at, p if contiguous else None
+        )
+        with retriever:
             lm.forward(memory, query, positions[:, :1] + torch.arange(n))
         for layer in memory.kv_layers:
             layer.crop(-n)

@@ -216,7 +216,19 @@ class HermesLayer(BufferLayer):
 
     def discard(self) -> None:
         """Forget the scratch tokens: the layer holds its memory exactly as before."""
-        self.length = self.committed
+        self.start, self.length = 0, self.committed
+
+    def hide_slots(self) -> None:
+        """Until `discard`: the model reads a copy of the prefix written after the memory, and what
+        is written after that, instead of the memory itself (a question's own context, as ReKV's
+        code builds it: the prefix and the retrieved frames alone). The memory is not written."""
+        if self.length != self.committed:
+            raise RuntimeError("hide the slots before any scratch token")
+        p = self.prefix_len
+        self.reserve(p)
+        for t in (self._k, self._v):
+            t[..., self.length : self.length + p, :] = t[..., :p, :]
+        self.start, self.length = self.length, self.length + p
 
     def evict(self, keep: torch.Tensor, scores: torch.Tensor, summarise: bool, merges: Sequence[Merge] = ()) -> int:
         """Keep the video slots `keep` (indices in stream order) with their `scores`, in place; fold
@@ -467,6 +479,12 @@ class HermesCache(HybridCache):
         values cut back, linear-attention states copied back)."""
         for layer in self.layers:
             layer.discard()
+
+    def hide_slots(self) -> None:
+        """Every HERMES layer reads a copy of its prefix and the scratch tokens after it, not its
+        slots, until `discard` (`HermesLayer.hide_slots`)."""
+        for layer in self.kv_layers:
+            layer.hide_slots()
 
     @contextmanager
     def scratch(self) -> Iterator[HermesCache]:

@@ -12,6 +12,12 @@ best `top_k` frames at the positions they were computed at while the whole promp
 answer decoded; then they are dropped again. The similarity is a plain dot product, as ReKV's
 code computes it (`get_cosine_similarity` does not normalise); `similarity="cosine"` gives the
 paper's wording.
+
+Which context the answer reads (`context`): `window` (the default here) attends the prefix, the
+window and the frames retrieved from outside it, each at the position it was computed at;
+`retrieved` is the context ReKV's own code builds (its `rekv_attention.py`): the prefix and the best
+`top_k` frames chosen among all frames, the window included only where chosen, re-rotated to
+contiguous positions after the prefix in stream order, and the question after them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from hermes.memory.selection import Merge, TopK
 from hermes.memory.tiers import Tier
 
 SIMILARITIES = ("dot", "cosine")
+CONTEXTS = ("window", "retrieved")
 
 
 @dataclass(frozen=True)
@@ -34,12 +41,20 @@ class FrameRetrieval:
 
     top_k: int = 64  # frames retrieved per layer: ReKV's `retrieve_size` default
     similarity: str = "dot"  # "dot" as ReKV's code ranks, or "cosine" as its paper says
+    context: str = "window"  # what the answer reads: the window and the retrieved, or the retrieved alone
 
     def __post_init__(self) -> None:
         if self.top_k < 1:
             raise ValueError(f"rekv.top_k must be at least 1 frame, got {self.top_k}")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"rekv.similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"rekv.context must be one of {', '.join(CONTEXTS)}, got {self.context!r}")
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the answer reads the retrieved frames alone, re-rotated after the prefix (ReKV's code)."""
+        return self.context == "retrieved"
 
     def guidance(self, tier: Tier) -> Guidance | None:
         return None
