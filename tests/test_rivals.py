@@ -354,6 +354,42 @@ def test_streammem_weighted_and_plain_prototypes_differ_and_none_keeps_top_k():
         make_policy("streammem", HermesConfig(budget=2), {"streammem.prototype": "max"})
 
 
+# -- HERMES's variants (parameters, off by default) --------------------------------------------------
+def _hermes_after(params: dict, attention: torch.Tensor, frames: torch.Tensor, budget: int) -> HermesCache:
+    g = torch.Generator().manual_seed(5)
+    n = frames.numel()
+    keys, values = torch.randn(HEADS, n, DIM, generator=g), torch.randn(HEADS, n, DIM, generator=g)
+    cache, pol, _ = filled_cache("hermes", keys, values, frames, budget, params=params)
+    compress(cache, pol, [attention] * LAYERS)
+    return cache
+
+
+def test_the_newest_frame_guard_keeps_the_newest_frame_in_every_layer():
+    frames = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    attention = torch.tensor([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.01, 0.02])  # the deep layer looks away from now
+    plain = _hermes_after({}, attention, frames, budget=4)
+    assert 3 not in plain.kv_layers[-1].frames.tolist()  # the paper's HERMES loses the present in its deep layer
+    guarded = _hermes_after({"hermes.keep_newest": True}, attention, frames, budget=4)
+    for layer in guarded.kv_layers:
+        assert (layer.video_ids[layer.frames[layer.video_offset :] == 3]).tolist() == [6, 7]
+    assert [layer.slots for layer in guarded.kv_layers] == [layer.slots for layer in plain.kv_layers]
+
+
+def test_hermes_with_frame_prototypes_keeps_one_merged_token_per_frame_and_no_summary():
+    frames = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    attention = torch.tensor([0.30, 0.01, 0.02, 0.20, 0.15, 0.03, 0.10, 0.05, 0.04])
+    plain = _hermes_after({}, attention, frames, budget=6)
+    assert all(layer.has_summary for layer in plain.kv_layers[-1:])  # the deep tier folds into a summary
+    merged = _hermes_after({"hermes.prototypes": True}, attention, frames, budget=6)
+    for layer in merged.kv_layers:
+        assert not layer.has_summary and layer.slots == 6
+        assert set(layer.frames.tolist()) == {0, 1, 2}  # every frame that lost tokens keeps a prototype
+    with pytest.raises(PolicyError, match=r"'hermes\.prototypes': takes true or false, got 'maybe'"):
+        make_policy("hermes", HermesConfig(budget=6), {"hermes.prototypes": "maybe"})
+    off = make_policy("hermes", HermesConfig(budget=6), {"hermes.prototypes": "false"})  # as --param gives it
+    assert type(off.selection) is TopK
+
+
 def test_streammem_plan_falls_back_to_top_k_when_frames_outnumber_slots():
     plan = FramePrototypes(2).plan(torch.tensor([0.5, 0.1, 0.9, 0.2]), torch.arange(4), torch.arange(4), Tier.SENSORY)
     assert plan[0].tolist() == [0, 2] and plan[1] == []

@@ -29,7 +29,7 @@ from hermes.memory.rivals.infinipot import TarVan
 from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
 from hermes.memory.rivals.simplestream import RecentFrames, RecentWindow
 from hermes.memory.rivals.sink import SinkWindow
-from hermes.memory.rivals.streammem import ProxyAttention
+from hermes.memory.rivals.streammem import FramePrototypes, ProxyAttention
 from hermes.memory.selection import TopK
 from hermes.memory.smoothing import CrossLayerSmoothing
 
@@ -87,9 +87,14 @@ class Filter:
 
 
 def _hermes(config: HermesConfig, scorer: TieredScorer) -> Policy:
-    """Hierarchical memory, smoothed across layers, with a summary of everything evicted."""
+    """Hierarchical memory, smoothed across layers, with a summary of everything evicted (or, as the
+    `hermes.prototypes` variant, a plain-mean prototype per frame that loses tokens)."""
     smoothing = CrossLayerSmoothing(config.smoothing, config.alignment)
-    return Policy(scorer=scorer, smoothing=smoothing, selection=TopK.with_summary(config.budget, config.summary))
+    if scorer.prototypes:
+        selection = FramePrototypes(config.budget, keep_newest=scorer.keep_newest, weighted=False)
+    else:
+        selection = replace(TopK.with_summary(config.budget, config.summary), keep_newest=scorer.keep_newest)
+    return Policy(scorer=scorer, smoothing=smoothing, selection=selection)
 
 
 def _sink(config: HermesConfig, scorer: SinkWindow) -> Policy:

@@ -90,6 +90,10 @@ class TieredScorer:
     omega0: float = HermesConfig.omega0
     gamma: float = HermesConfig.gamma
     history_tokens: int = HermesConfig.history_tokens  # of the last question and of its answer, each
+    # Variants, measured against the paper's HERMES (both off): the newest frame kept whole in every
+    # layer, and one prototype per frame that loses tokens in place of the single summary slot.
+    keep_newest: bool = False
+    prototypes: bool = False
 
     def __post_init__(self) -> None:
         check_history_tokens(self.history_tokens)
@@ -137,6 +141,21 @@ class MemoryPolicy:
         return self.scorer is not None and self.capacity is not None and slots > self.capacity
 
 
+_TRUTH = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _typed(default: Any, value: Any) -> Any:
+    """`value` (as given: a command line's string, or a typed value) as the type of `default`; a bool
+    from true/false (bool("false") would be True)."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if str(value).strip().lower() not in _TRUTH:
+            raise ValueError(f"takes true or false, got {value!r}")
+        return _TRUTH[str(value).strip().lower()]
+    return type(default)(value)
+
+
 def with_params(obj: Any, prefix: str, params: Mapping[str, Any]) -> Any:
     """`obj` (a dataclass of constants, or None for a part without any) with the `prefix.field`
     entries of `params` applied; PolicyError for a field it does not have or a value it refuses."""
@@ -148,7 +167,7 @@ def with_params(obj: Any, prefix: str, params: Mapping[str, Any]) -> Any:
             known = ", ".join(f"{prefix}.{f}" for f in fields) or "none"
             raise PolicyError(f"unknown parameter {key!r}; {prefix} takes {known}")
         try:
-            changes[field] = type(getattr(obj, field))(params[key])
+            changes[field] = _typed(getattr(obj, field), params[key])
         except (TypeError, ValueError) as e:
             raise PolicyError(f"parameter {key!r}: {e}") from None
     try:

@@ -31,10 +31,12 @@ class Merge(NamedTuple):
 @dataclass(frozen=True)
 class TopK:
     """Keep the best slots up to `capacity` per layer. Layers that summarise give one of those
-    slots to the summary, so that every layer keeps the same length."""
+    slots to the summary, so that every layer keeps the same length. `keep_newest`: the newest
+    frame's slots rank above every other in every layer (a guard for the present)."""
 
     capacity: int
     summary: SummaryMode = "none"
+    keep_newest: bool = False
 
     @classmethod
     def with_summary(cls, budget: int, summary: SummaryMode) -> TopK:
@@ -64,4 +66,14 @@ class TopK:
         self, scores: torch.Tensor, ids: torch.Tensor, frames: torch.Tensor, tier: Tier
     ) -> tuple[torch.Tensor, list[Merge]]:
         """The video slots a layer keeps (stream order), and no merge groups."""
-        return top_k(scores, ids, self.video_slots(tier)), []
+        return top_k(self.ranked(scores, frames), ids, self.video_slots(tier)), []
+
+    def ranked(self, scores: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        """The scores the slots are ranked by: `scores`, the newest frame's lifted above the rest
+        when `keep_newest` (finite, so that a merge weighing by them stays finite)."""
+        if not self.keep_newest or scores.numel() == 0:
+            return scores
+        lifted = scores.float().clone()
+        top = float(lifted.max()) - float(lifted.min()) + 1.0
+        lifted[frames == frames.max()] += top
+        return lifted

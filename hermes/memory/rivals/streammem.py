@@ -79,6 +79,7 @@ class FramePrototypes(TopK):
         n, cap = scores.numel(), self.capacity
         if n <= cap:
             return torch.arange(n), []
+        saliency, scores = scores, self.ranked(scores, frames)
         newest_first = torch.argsort(ids, descending=True)
         _, by_score = torch.sort(scores.float()[newest_first], descending=True, stable=True)
         order = newest_first[by_score]  # best first, ties to the newer token, as top_k
@@ -91,14 +92,14 @@ class FramePrototypes(TopK):
         k_all = torch.arange(cap + 1)
         fits = (k_all + frames_from[k_all] <= cap).nonzero()
         if fits.numel() == 0:
-            return top_k(scores, ids, cap), []
+            return top_k(scores, ids, cap), []  # `scores` as ranked: the newest frame first if guarded
         k = int(fits.max())
         evicted = order[k:]  # best first
         grouped = evicted[torch.sort(code[evicted], stable=True).indices]
         _, counts = torch.unique_consecutive(code[grouped], return_counts=True)
         groups = list(torch.split(grouped, counts.tolist()))
         keep = torch.cat([order[:k], torch.stack([g[0] for g in groups])]).sort().values
-        return keep, [Merge(g, self._weights(scores[g])) for g in groups if g.numel() > 1]
+        return keep, [Merge(g, self._weights(saliency[g])) for g in groups if g.numel() > 1]
 
     def _weights(self, saliency: torch.Tensor) -> torch.Tensor | None:
         """Eq. 2's a_j, the saliency normalised over the group; None (a plain mean) when unweighted or
