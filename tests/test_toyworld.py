@@ -424,3 +424,39 @@ def test_the_model_card_sets_the_apps_defaults_and_a_broken_one_is_refused(toy_d
     (broken / CARD_FILE).write_text("{not json")
     with pytest.raises(ModelLoadError, match=f"{CARD_FILE}: not a model card"):
         load_video_lm(str(broken), dtype="fp32")
+
+
+def test_two_runs_compare_question_by_question_with_a_paired_interval(tmp_path):
+    """`toyworld compare`: the difference pairs each question with itself across the two runs."""
+
+    def answers(correct: list[bool]) -> list[dict]:
+        return [
+            {
+                "policy": "hermes",
+                "budget": 34,
+                "qid": f"q{i}",
+                "video": f"clip{i % 4}",
+                "kind": BACKWARD,
+                "age": "early",
+                "correct": c,
+            }
+            for i, c in enumerate(correct)
+        ]
+
+    base = answers([True, False, False, True, False, False, True, False])
+    other = answers([True, True, False, True, True, False, True, False])
+    rows = {r["kind"]: r for r in bench.compare_runs(base, other)}
+    assert set(rows) == {BACKWARD, "early"}
+    row = rows[BACKWARD]
+    assert (row["base"], row["other"], row["diff"], row["questions"]) == (37.5, 62.5, 25.0, 8)
+    assert 0.0 <= row["low"] <= row["diff"] <= row["high"]  # every clip changed for the better or not at all
+    assert bench.compare_runs(base, answers([])) == []  # nothing in common, nothing compared
+    for name, doc in (("a.json", base), ("b.json", other)):
+        (tmp_path / name).write_text(json.dumps({"settings": {"params": {}}, "answers": doc}))
+    out = subprocess.run(
+        [sys.executable, "-m", "hermes", "toyworld", "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "| hermes | 34 | backward | 8 | 37.5 | 62.5 | +25.0 (" in out

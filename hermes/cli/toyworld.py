@@ -1,10 +1,14 @@
-"""`python -m hermes toyworld {make, train, bench, samples}`: the toy world, its model and its memory benchmark."""
+"""`python -m hermes toyworld {make, train, bench, compare, samples}`: the toy world, its model and its memory
+benchmark."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from hermes.cli.options import add_param_option, parse_params
 
 
 def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -54,7 +58,15 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         "--threads", type=int, default=1, help="torch CPU threads (default 1: the toy model's matrices are small)"
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress lines")
+    add_param_option(bench)
     bench.set_defaults(func=cmd_bench)
+
+    compare = toy.add_parser(
+        "compare", help="two bench runs' answers, paired by question: the difference with its interval over clips"
+    )
+    compare.add_argument("base", help="a bench run's JSON (--out)")
+    compare.add_argument("other", help="another run's JSON, on the same clips (a variant: --param)")
+    compare.set_defaults(func=cmd_compare)
     return p
 
 
@@ -103,7 +115,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.clips is not None and args.clips < 1:
         raise ValueError("--clips must be at least 1")
     names = bench.benchmark_policies() if args.policies is None else [n.strip() for n in args.policies.split(",")]
-    policies = list(parse_policies([n for n in names if n], HermesConfig()))
+    params = parse_params(args.param)
+    policies = list(parse_policies([n for n in names if n], HermesConfig(), params))
     held = bench.load_heldout(args.heldout)
     lm = load_video_lm(args.model, dtype="fp32")
     set_threads(args.threads)
@@ -116,6 +129,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "model": args.model,
         "heldout": args.heldout,
         "policies": policies,
+        "params": params,
         "budgets": budgets,
         "stream_tokens": bench.stream_tokens(lm, held),
         "clips": args.clips,
@@ -125,6 +139,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check = bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held))
     print(check or "check (memory matters): needs fifo and full in the run", flush=True)
     print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from hermes.toyworld import bench
+
+    base, other = (json.loads(Path(path).read_text()) for path in (args.base, args.other))
+    print(f"base: {args.base} {base['settings'].get('params') or '(defaults)'}")
+    print(f"other: {args.other} {other['settings'].get('params') or '(defaults)'}")
+    print(bench.render_comparison(bench.compare_runs(base["answers"], other["answers"])), flush=True)
     return 0
 
 

@@ -353,6 +353,61 @@ def write_results(path: str | Path, held: HeldOut, results: dict, summaries: dic
     Path(path).write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def compare_runs(base: list[dict], other: list[dict], seed: int = 0) -> list[dict]:
+    """Per (policy, budget) in both runs and per question kind (and backward age): both accuracies and
+    other minus base in points, with a 95% paired bootstrap interval that resamples clips (each clip's
+    questions answered by both, so the clip's own difficulty cancels). `base` and `other` are two bench
+    runs' `answers`, on the same clips."""
+    rng = np.random.default_rng(seed)
+    index = {(r["policy"], r["budget"], r["qid"]): r for r in base}
+    rows: dict[tuple, list[tuple[dict, dict]]] = defaultdict(list)
+    for r in other:
+        if (key := (r["policy"], r["budget"], r["qid"])) in index:
+            rows[(r["policy"], r["budget"])].append((index[key], r))
+    out = []
+    for (policy, budget), pairs in rows.items():
+        for kind in (REAL_TIME, BACKWARD, *AGES):
+            chosen = [(a, b) for a, b in pairs if kind in (a["kind"], a["age"] if a["kind"] == BACKWARD else None)]
+            if chosen:
+                out.append({"policy": policy, "budget": budget, "kind": kind, **_paired(chosen, rng)})
+    return out
+
+
+def _paired(pairs: list[tuple[dict, dict]], rng: np.random.Generator) -> dict[str, float]:
+    """Base and other accuracy (%), and their difference with its clip-resampled 95% interval."""
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for a, b in pairs:
+        per[a["video"]][0] += a["correct"]
+        per[a["video"]][1] += b["correct"]
+        per[a["video"]][2] += 1
+    hits_a, hits_b, n = (np.asarray(v, dtype=float) for v in zip(*per.values(), strict=True))
+    idx = rng.integers(0, len(n), (BOOTSTRAP, len(n)))
+    diffs = (hits_b[idx].sum(1) - hits_a[idx].sum(1)) / n[idx].sum(1)
+    return {
+        "base": 100 * hits_a.sum() / n.sum(),
+        "other": 100 * hits_b.sum() / n.sum(),
+        "diff": 100 * (hits_b.sum() - hits_a.sum()) / n.sum(),
+        "low": 100 * float(np.percentile(diffs, 2.5)),
+        "high": 100 * float(np.percentile(diffs, 97.5)),
+        "questions": int(n.sum()),
+    }
+
+
+def render_comparison(rows: list[dict]) -> str:
+    """`compare_runs` as a Markdown table."""
+    lines = [
+        "| policy | budget | questions | n | base % | other % | other - base (95% paired interval) |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        budget = "all" if r["budget"] is None else r["budget"]
+        lines.append(
+            f"| {r['policy']} | {budget} | {r['kind']} | {r['questions']} | {r['base']:.1f} | {r['other']:.1f} | "
+            f"{r['diff']:+.1f} ({r['low']:+.1f} to {r['high']:+.1f}) |"
+        )
+    return "\n".join(lines)
+
+
 def log_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
