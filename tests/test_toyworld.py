@@ -460,3 +460,23 @@ def test_two_runs_compare_question_by_question_with_a_paired_interval(tmp_path):
         check=True,
     ).stdout
     assert "| hermes | 34 | backward | 8 | 37.5 | 62.5 | +25.0 (" in out
+
+
+def test_the_shares_held_per_layer_count_the_newest_frame_and_the_evidence():
+    from hermes.memory.cache import ChunkMeta, HermesCache
+    from hermes.memory.rope import RopeSpec
+    from hermes.toyworld.diagnostics import held_shares, render_held
+
+    memory = HermesCache(3, RopeSpec(torch.ones(2)), HermesConfig(budget=100))
+    frames = torch.tensor([0, 0, 1, 1, 2, 2])  # two tokens a frame
+    for layer in range(3):
+        memory.update(torch.zeros(1, 1, 6, 4), torch.zeros(1, 1, 6, 4), layer)
+    memory.commit(ChunkMeta(frames=frames, positions=torch.arange(6)))
+    # Layer 0 drops frame 1; layer 1 keeps half of frames 1 and 2; layer 2 keeps frame 0 only.
+    keep = [torch.tensor([0, 1, 4, 5]), torch.tensor([2, 4]), torch.tensor([0, 1])]
+    memory.evict(keep, [torch.zeros(k.numel()) for k in keep], [False] * 3)
+    shares = held_shares(memory, newest=2, evidence=(0, 2), per_frame=2)
+    assert shares == {"newest_held": [1.0, 0.5, 0.0], "evidence_held": [0.5, 0.25, 0.5]}
+    assert held_shares(memory, 2, None, 2)["evidence_held"] is None
+    rows = [{"policy": "hermes", "budget": 4, "kind": "backward", **shares}]
+    assert "| 4 | hermes | 100 / 50 / 0 | 50 / 25 / 50 |" in render_held(rows)

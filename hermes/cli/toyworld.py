@@ -109,6 +109,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from hermes.memory.config import HermesConfig
     from hermes.models.loading import load_video_lm, set_threads
     from hermes.toyworld import bench
+    from hermes.toyworld.diagnostics import render_held
 
     if args.threads < 1:
         raise ValueError("--threads must be at least 1")
@@ -136,6 +137,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     bench.write_results(args.out, held, results, summaries, settings)
     print(bench.render_table(held, summaries, bench.stream_tokens(lm, held)), flush=True)
+    answers = [{"policy": p, "budget": b, **r} for (p, b), a in results.items() for r in a.questions]
+    print("\nWhat each memory held when asked, per layer (layer 0 first):\n" + render_held(answers), flush=True)
     check = bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held))
     print(check or "check (memory matters): needs fifo and full in the run", flush=True)
     print(f"wrote {args.out}", file=sys.stderr)

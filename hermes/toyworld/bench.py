@@ -33,6 +33,7 @@ from hermes.eval.policies import PolicyGroup
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
 from hermes.serving.replay import play
+from hermes.toyworld.diagnostics import held_shares
 from hermes.toyworld.files import ToyWorldError
 from hermes.toyworld.heldout import ANNOTATIONS, MANIFEST, check_videos
 from hermes.toyworld.questions import AGES, BACKWARD, FORWARD, KINDS, REAL_TIME, TASKS
@@ -63,6 +64,7 @@ class ToyQuestion:
     options: tuple[str, ...]
     answer: str
     age: str | None
+    evidence: tuple[int, int] | None = None  # the frames [start, end) that answer it
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ def load_heldout(root: str | Path) -> HeldOut:
                         options,
                         options[int(e["gt"])],
                         e.get("age"),
+                        tuple(e["evidence"]) if e.get("evidence") else None,
                     )
                 )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -185,7 +188,9 @@ class Answers:
     host_bytes: list[int] = field(default_factory=list)
 
 
-def _ask(session: StreamingSession, q: ToyQuestion, option_ids: dict[str, int]) -> dict:
+def _ask(session: StreamingSession, q: ToyQuestion, option_ids: dict[str, int], per_frame: int) -> dict:
+    evidence = q.evidence if q.kind == BACKWARD else None
+    held = held_shares(session.memory, session.frames_seen - 1, evidence, per_frame)  # before asking: as asked
     logp = session.first_token_logprobs(q.text)
     scores = {o: float(logp[option_ids[o]]) for o in q.options}
     text = session.ask(q.text, max_new_tokens=1).text.strip()
@@ -201,6 +206,7 @@ def _ask(session: StreamingSession, q: ToyQuestion, option_ids: dict[str, int]) 
         "correct": pred == q.answer,
         "text": text,
         "text_correct": text == q.answer,
+        **held,
     }
 
 
@@ -216,6 +222,7 @@ def run_clip(
     questions = [q for q in held.questions if q.video == video]
     standing = [s for s in held.standing if s.video == video]
     option_ids = {o: int(lm.tokenizer.convert_tokens_to_ids(o)) for q in questions for o in q.options}
+    per_frame = tokens_per_frame(lm)
     group.reset()
     peaks = dict.fromkeys(group.sessions, 0)
     for session in group.sessions.values():
@@ -228,7 +235,7 @@ def run_clip(
                     results[name].checks[f"{video}\n{check.question}"].append((session.frames_seen, check.p_yes))
             continue
         for name, session in group.sessions.items():
-            results[name].questions.append(_ask(session, event, option_ids))
+            results[name].questions.append(_ask(session, event, option_ids, per_frame))
     for name, session in group.sessions.items():
         results[name].cache_bytes.append(peaks[name])
         results[name].host_bytes.append(session.host_bytes())
