@@ -480,3 +480,24 @@ def test_the_shares_held_per_layer_count_the_newest_frame_and_the_evidence():
     assert held_shares(memory, 2, None, 2)["evidence_held"] is None
     rows = [{"policy": "hermes", "budget": 4, "kind": "backward", **shares}]
     assert "| 4 | hermes | 100 / 50 / 0 | 50 / 25 / 50 |" in render_held(rows)
+
+
+def test_the_layer_wise_analysis_reads_each_layers_attention_over_the_video(tmp_path):
+    from hermes.models.loading import load_video_lm
+    from hermes.toyworld.layers import _lift, layer_lifts, lifts_svg, render_lifts, summarize_lifts
+    from hermes.toyworld.paths import HELDOUT_DIR
+
+    # Half the attention on a third of the tokens: a lift of 1.5.
+    assert _lift(torch.tensor([0.5, 0.25, 0.25]), torch.tensor([True, False, False])) == pytest.approx(1.5)
+    lm = load_video_lm("toy", dtype="fp32")
+    held = bench.load_heldout(HELDOUT_DIR)
+    rows = layer_lifts(lm, held, videos=1)
+    assert len(rows) == sum(q.video == held.videos[0] for q in held.questions)
+    for r in rows:
+        assert len(r["newest_lift"]) == lm.kv_layers and all(x >= 0 for x in r["newest_lift"])
+        assert (r["evidence_lift"] is not None) == (r["kind"] == BACKWARD)
+    summary = summarize_lifts(rows)
+    assert all(len(v) == lm.kv_layers for v in summary.values())
+    table = render_lifts(summary, ["sensory", "working", "working", "long-term"])
+    assert table.count("\n") == 1 + lm.kv_layers and "| 3 | long-term |" in table
+    assert lifts_svg(summary, "t").startswith("<svg") and "polyline" in lifts_svg(summary, "t")

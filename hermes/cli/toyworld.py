@@ -61,6 +61,18 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     add_param_option(bench)
     bench.set_defaults(func=cmd_bench)
 
+    layers = toy.add_parser(
+        "layers",
+        help="the layer-wise analysis: per layer, how much a question's attention lifts the newest frame "
+        "and the evidence over their share of the tokens (full cache)",
+    )
+    layers.add_argument("--model", default="toy", help="the trained toy model (default) or a checkpoint folder")
+    layers.add_argument("--heldout", default=str(HELDOUT_DIR))
+    layers.add_argument("--clips", type=int, default=None, help="only the first N clips")
+    layers.add_argument("--svg", default=None, help="also draw the lifts per layer into this SVG file")
+    layers.add_argument("--no-progress", action="store_true", help="no progress lines")
+    layers.set_defaults(func=cmd_layers)
+
     compare = toy.add_parser(
         "compare", help="two bench runs' answers, paired by question: the difference with its interval over clips"
     )
@@ -142,6 +154,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check = bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held))
     print(check or "check (memory matters): needs fifo and full in the run", flush=True)
     print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_layers(args: argparse.Namespace) -> int:
+    from hermes.memory.config import HermesConfig
+    from hermes.memory.tiers import TierMap
+    from hermes.models.loading import load_video_lm, set_threads
+    from hermes.toyworld import bench, layers
+
+    if args.clips is not None and args.clips < 1:
+        raise ValueError("--clips must be at least 1")
+    held = bench.load_heldout(args.heldout)
+    lm = load_video_lm(args.model, dtype="fp32")
+    set_threads(1)
+    rows = layers.layer_lifts(lm, held, args.clips, None if args.no_progress else bench.log_stderr)
+    summary = layers.summarize_lifts(rows)
+    tiers = [t.value for t in TierMap.for_config(lm.kv_layers, HermesConfig()).tiers]
+    print(f"Lift per layer of a question's attention ({len(rows)} questions, full cache, {args.model}):")
+    print(layers.render_lifts(summary, tiers), flush=True)
+    if args.svg:
+        Path(args.svg).write_text(layers.lifts_svg(summary, f"Where a question looks, per layer ({args.model})"))
+        print(f"wrote {args.svg}", file=sys.stderr)
     return 0
 
 
