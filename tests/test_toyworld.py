@@ -476,10 +476,14 @@ def test_the_shares_held_per_layer_count_the_newest_frame_and_the_evidence():
     keep = [torch.tensor([0, 1, 4, 5]), torch.tensor([2, 4]), torch.tensor([0, 1])]
     memory.evict(keep, [torch.zeros(k.numel()) for k in keep], [False] * 3)
     shares = held_shares(memory, newest=2, evidence=(0, 2), per_frame=2)
-    assert shares == {"newest_held": [1.0, 0.5, 0.0], "evidence_held": [0.5, 0.25, 0.5]}
+    assert shares == {
+        "newest_held": [1.0, 0.5, 0.0],
+        "evidence_held": [0.5, 0.25, 0.5],
+        "evidence_frames": [0.5, 0.5, 0.5],
+    }
     assert held_shares(memory, 2, None, 2)["evidence_held"] is None
     rows = [{"policy": "hermes", "budget": 4, "kind": "backward", **shares}]
-    assert "| 4 | hermes | 100 / 50 / 0 | 50 / 25 / 50 |" in render_held(rows)
+    assert "| 4 | hermes | 100 / 50 / 0 | 50 / 25 / 50 | 50 / 50 / 50 |" in render_held(rows)
 
 
 def test_the_layer_wise_analysis_reads_each_layers_attention_over_the_video(tmp_path):
