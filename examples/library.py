@@ -28,8 +28,7 @@ from hermes import HermesCache, HermesConfig
 from hermes.engine.persist import load_session, save_session
 from hermes.engine.session import StreamingSession
 from hermes.models.loading import resolve, wrap
-from hermes.video.chunking import Chunker
-from hermes.video.decoding import iter_frames
+from hermes.runtime import open_source, play
 
 SAMPLE = Path(__file__).resolve().parent.parent / "assets" / "cockatoo.mp4"
 
@@ -53,12 +52,10 @@ def main() -> None:
     config = HermesConfig(budget=args.budget, chunk_frames=4, fps=lm.default_fps)
     session = StreamingSession(lm, config, policy="hermes")
     cache: HermesCache = session.memory
-    chunker = Chunker(config.chunk_frames)
-    for frame in iter_frames(args.video, config.fps):
-        if (chunk := chunker.push(frame)) is not None:
-            session.ingest(chunk)
-    if (chunk := chunker.flush()) is not None:
-        session.ingest(chunk)
+    #    The runtime opens the source (a file, a folder of frames or a URL) and feeds it in chunks.
+    source = open_source(args.video, config.fps, config.chunk_frames)
+    for _report in play(session, source.frames(0.0, config.fps, print), (), lambda _: None):
+        pass
     # A hybrid model (Qwen3.5) has key-value layers only every fourth layer; the others hold a state.
     kept = cache.video_tokens_per_layer()[-1]
     print(f"{session.frames_seen} frames streamed; each key-value layer keeps {kept} video tokens")

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from hermes.models.loading import SAMPLES_FILE, TOY_SAMPLES
 from hermes.serving import StreamRegistry, bundled_samples, load_model_or_fallback
-from hermes.serving.samples import SAMPLES_FILE, TOY_SAMPLES
 from tests.browsers import TIMEOUT_MS, chat_when, open_page
 from tests.test_app import free_port
 from ui import build_app, launch_options

@@ -53,6 +53,35 @@ def test_stream_json_end_to_end(model, clips):
     assert chunks[-1]["video_tokens_per_layer"][-1] == 300  # evicted down to the budget
 
 
+def test_stream_a_folder_of_frames(tmp_path):
+    """`hermes stream FOLDER`: a folder of PNGs streams like a video, one image per frame at --fps by
+    default, or recorded at --folder-fps; a folder without images is one clear line."""
+    import numpy as np
+    from PIL import Image
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(folder / f"{i + 1}.png")
+    base = [sys.executable, "-m", "hermes", "stream", str(folder), "--model", "tiny", "--json"]
+    base += ["--ask", "2:What?", "--chunk-frames", "2", "--fps", "1", "--max-new-tokens", "2"]
+    out = subprocess.run(base, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    (answer,) = [e for e in events if e["event"] == "answer"]
+    assert answer["question"] == "What?" and answer["frames_seen"] == 3
+    assert [e for e in events if e["event"] == "chunk"][-1]["frames_seen"] == 6
+    out = subprocess.run([*base, "--folder-fps", "2"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    chunks = [json.loads(line) for line in out.stdout.splitlines() if '"chunk"' in line]
+    assert chunks[-1]["frames_seen"] == 3  # 6 images at 2 fps are 3 s: 3 frames at 1 fps
+    (tmp_path / "empty").mkdir()
+    out = subprocess.run([*base[:4], str(tmp_path / "empty"), *base[5:]], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 2 and "a folder without frame images" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
 def test_readable_transcript(clips, capsys):
     assert (
         main(

@@ -17,16 +17,18 @@ LAYERS = {
     "hermes.models": 2,
     "hermes.engine": 3,
     "hermes.video": 4,
-    "hermes.serving": 5,
-    "hermes.bench": 6,
-    "hermes.eval": 6,
-    "hermes.toyworld": 6,
-    "hermes.cli": 7,
-    "hermes.__main__": 7,
-    "hermes": 7,  # the package itself: its version and the command line's entry
-    "ui": 8,
-    "app": 8,
+    "hermes.runtime": 5,
+    "hermes.serving": 6,
+    "hermes.bench": 7,
+    "hermes.eval": 7,
+    "hermes.toyworld": 7,
+    "hermes.cli": 8,
+    "hermes.__main__": 8,
+    "hermes": 8,  # the package itself: its version and the command line's entry
+    "ui": 9,
+    "app": 9,
 }
+PAGE = 9
 
 
 def module_name(path: Path) -> str:
@@ -70,9 +72,19 @@ def test_the_layer_map_covers_every_module():
 def test_imports_point_down(module: str) -> None:
     up = [f"{target} (line {line})" for target, line in imports(module) if layer(target) > layer(module)]
     assert not up, f"{module} (layer {layer(module)}) imports from above: {up}"
-    if layer(module) == 8:
-        past = [t for t, _ in imports(module) if layer(t) < 8 and not t.startswith("hermes.serving")]
+    if layer(module) == PAGE:
+        past = [t for t, _ in imports(module) if layer(t) < PAGE and not t.startswith("hermes.serving")]
         assert not past, f"{module} reaches past hermes.serving: {past}"
+
+
+@pytest.mark.parametrize("package", ["hermes.eval", "hermes.toyworld"])
+def test_the_offline_harnesses_stream_through_the_runtime_not_the_web_serving(package: str) -> None:
+    """Evaluation and the toy world run a stream as the command line does (`hermes.runtime`), with no
+    part of the web app's serving layer."""
+    serving = [
+        f"{m} -> {t}" for m in MODULES if m.startswith(package) for t, _ in imports(m) if t.startswith("hermes.serving")
+    ]
+    assert not serving, serving
 
 
 def test_no_import_circles():

@@ -1,5 +1,5 @@
-"""`python -m hermes stream`: play a video file, or watch a network stream (RTSP, RTMP, SRT, HLS, MJPEG,
-MP4 over HTTP), as a live stream and answer questions at given times."""
+"""`python -m hermes stream`: play a video file or a folder of frames, or watch a network stream (RTSP, RTMP,
+SRT, HLS, MJPEG, MP4 over HTTP), as a live stream and answer questions at given times (`hermes.runtime`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,16 @@ from hermes.cli.options import add_memory_options, config_from_args, local_model
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("stream", help="stream a video file or a network stream and answer questions at given times")
-    p.add_argument("video", help="a video file, or a stream's URL (rtsp, rtsps, rtmp, srt, http, https)")
+    p.add_argument(
+        "video", help="a video file, a folder of frame images, or a stream's URL (rtsp, rtsps, rtmp, srt, http, https)"
+    )
+    p.add_argument(
+        "--folder-fps",
+        type=float,
+        default=None,
+        metavar="FPS",
+        help="the rate a folder of frames was recorded at (default: one image per frame at --fps)",
+    )
     p.add_argument(
         "--duration",
         type=float,
@@ -174,7 +183,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from hermes.engine.session import StreamBound
-    from hermes.serving.replay import parse_ask, replay
+    from hermes.runtime.driver import parse_ask, replay
 
     questions = [parse_ask(a) for a in args.ask]
     _check_watches(args)
@@ -201,7 +210,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     end = None if args.duration is None else start_time(session) + args.duration
-    frames = source.frames(session, lambda note: _print_note(args, note, bar))
+    frames = source.frames(start_time(session), session.config.fps, lambda note: _print_note(args, note, bar))
     if end is not None:
         frames = itertools.takewhile(lambda frame: frame.t <= end, frames)
     frames = itertools.takewhile(lambda frame: not source.stop_requested.is_set(), frames)
@@ -222,95 +231,13 @@ def cmd_stream(args: argparse.Namespace) -> int:
     finally:
         source.close()
     bar.close()
+    if note := source.closing_note():
+        print(note, file=sys.stderr)
     if args.watch and not args.json and session.chunks_seen:
         print(session.watch_cost.summary(), file=sys.stderr)
     saver.save()  # what was read, a damaged file's good part too
     source.raise_damage()
     return 0
-
-
-class _FileFrames:
-    """A video file's frames for the stream command: a frame that cannot be decoded is skipped, and
-    said; a file that decodes no further streams to its last good frame, and its error ends the
-    command after the questions were answered from what was read."""
-
-    def __init__(self, path: str, fps: float) -> None:
-        from hermes.video.decoding import check_start
-
-        self.path = path
-        self.info = check_start(path, fps)
-        self._frames = None
-        self.stop_requested = threading.Event()  # set by Ctrl-C: the stream ends at its next frame
-
-    def total(self, fps: float) -> int:
-        return max(1, int(self.info.duration * fps) + 1)
-
-    def frames(self, session, say):
-        from hermes.video.decoding import UntilDamage, iter_frames
-
-        # A resumed stream goes on with the frames after those its memory has seen.
-        start = start_time(session)
-        self._frames = UntilDamage(
-            iter_frames(self.path, session.config.fps, start=start),
-            on_skip=lambda s: say({"event": "skipped", "at_s": s.at_s, "frames": s.frames, "note": str(s)}),
-        )
-        return self._frames
-
-    def close(self) -> None:
-        pass
-
-    def raise_damage(self) -> None:
-        if self._frames is not None and self._frames.damage is not None:
-            raise self._frames.damage
-
-
-class _NetworkFrames:
-    """A network stream's frames for the stream command, from its opening (StreamError if it does not
-    open) until Ctrl-C, --duration or its end; drops and reconnects are said as they happen."""
-
-    def __init__(self, url: str, fps: float, chunk_frames: int) -> None:
-        from hermes.video.network import NetworkReader
-
-        # While the model takes a chunk in, the reader keeps the newest chunk's frames: the next one.
-        self.reader = NetworkReader(url, fps, queue_frames=max(2, chunk_frames))
-        self.reader.start()
-        self.reader.wait_open()
-        self._links: list[dict] = []  # what the reader's thread said, printed by the main thread
-        self.reader.on_link = self._heard
-        self.stop_requested = threading.Event()  # set by Ctrl-C: the stream ends, even while it is stalled
-
-    def _heard(self, link, detail: str | None) -> None:
-        from hermes.video.network import Link
-
-        if link is Link.RECONNECTING:
-            self._links.append({"event": "dropped", "note": f"{detail}; reconnecting"})
-        elif link is Link.STREAMING:
-            self._links.append({"event": "reconnected", "note": "the stream goes on, its memory kept"})
-
-    def total(self, fps: float) -> None:
-        return None
-
-    def frames(self, session, say) -> Iterator:
-        from hermes.video.decoding import Frame
-
-        start = start_time(session)  # a resumed memory's stream time goes on
-        while not self.reader.done and not self.stop_requested.is_set():
-            while self._links:
-                say(self._links.pop(0))
-            live = self.reader.get(0.2)
-            if live is not None:
-                yield Frame(live.image, start + live.t)
-        if self.reader.failure is not None:
-            raise self.reader.failure
-
-    def close(self) -> None:
-        self.reader.stop()
-        skipped = self.reader.frames.skipped_s
-        if skipped:
-            print(f"the model skipped {skipped:.0f} s of the stream to stay at its live edge", file=sys.stderr)
-
-    def raise_damage(self) -> None:
-        pass
 
 
 @contextlib.contextmanager
@@ -334,13 +261,11 @@ def _ctrl_c_ends(stop: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _open_source(args: argparse.Namespace) -> _FileFrames | _NetworkFrames:
-    from hermes.video.urls import is_url
+def _open_source(args: argparse.Namespace):
+    from hermes.runtime.sources import open_source
 
     config = config_from_args(args)
-    if is_url(args.video):
-        return _NetworkFrames(args.video, config.fps, config.chunk_frames)
-    return _FileFrames(args.video, config.fps)
+    return open_source(args.video, config.fps, config.chunk_frames, args.folder_fps)
 
 
 def _print_note(args: argparse.Namespace, note: dict, bar: Any) -> None:

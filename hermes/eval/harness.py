@@ -31,7 +31,7 @@ from hermes.eval.scorers import text_score
 from hermes.eval.shard import Shard, merge_lock, merge_parts, part_path
 from hermes.eval.summary import ANSWERED, SKIPPED, read_results, summarize
 from hermes.models.base import VideoLM
-from hermes.serving.replay import play
+from hermes.runtime.driver import play
 from hermes.video.decoding import UntilDamage, VideoError
 from hermes.video.frames_folder import iter_video
 

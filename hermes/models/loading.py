@@ -44,6 +44,9 @@ TINY_ALIASES: dict[str, tuple[str, int]] = {
 }
 # Models trained in this repository (docs/toyworld.md): alias -> checkpoint folder.
 TOY_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "toyworld" / "model"
+# The toy model's sample clips, beside it, listed in their folder's SAMPLES_FILE (the app offers them).
+TOY_SAMPLES = TOY_MODEL_DIR.parent / "samples"
+SAMPLES_FILE = "samples.json"
 TRAINED_ALIASES: dict[str, Path] = {"toy": TOY_MODEL_DIR}
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
 

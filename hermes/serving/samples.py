@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.models.base import VideoLM
+from hermes.models.loading import SAMPLES_FILE, TOY_SAMPLES
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-TOY_SAMPLES = ASSETS / "toyworld" / "samples"
-SAMPLES_FILE = "samples.json"
 REAL_SAMPLES = {
     "Cockatoo, close-up (14 s)": ASSETS / "cockatoo.mp4",
     "Pedestrians on a campus road (40 s)": ASSETS / "sample.mp4",

@@ -32,7 +32,7 @@ from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.eval.policies import PolicyGroup
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
-from hermes.serving.replay import play
+from hermes.runtime.driver import play
 from hermes.toyworld.diagnostics import held_shares
 from hermes.toyworld.files import ToyWorldError
 from hermes.toyworld.heldout import ANNOTATIONS, MANIFEST, check_videos

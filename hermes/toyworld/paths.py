@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hermes.models.loading import TOY_MODEL_DIR
-from hermes.serving.samples import TOY_SAMPLES
+from hermes.models.loading import TOY_MODEL_DIR, TOY_SAMPLES
 
 TOYWORLD_DIR = TOY_MODEL_DIR.parent
 HELDOUT_DIR = TOYWORLD_DIR / "heldout"

@@ -1,7 +1,7 @@
 """The app's toy-world samples: a few clips, each with suggested questions of the three kinds.
 
 `python -m hermes toyworld samples --out DIR` writes them with `samples.json`, which the app reads
-(`hermes.serving.samples`). The clips come from their own seeds (no training, validation or
+(`hermes.serving.samples` reads them). The clips come from their own seeds (no training, validation or
 held-out stream uses them). Among the first candidates, the ones kept are those where something is
 on screen at the end and a memory makes a visible difference: streamed whole at the toy model's
 own settings (its card: 4-frame chunks at 1 fps, a budget of a quarter of the stream), the full
@@ -21,8 +21,8 @@ from hermes.engine.session import StreamingSession
 from hermes.eval.policies import PolicyGroup
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
-from hermes.serving.replay import play
-from hermes.serving.samples import SAMPLES_FILE
+from hermes.models.loading import SAMPLES_FILE
+from hermes.runtime.driver import play
 from hermes.toyworld.files import write_clip
 from hermes.toyworld.questions import BACKWARD, FORWARD, REAL_TIME, Question, backward, real_time, standing
 from hermes.toyworld.world import Clip, make_clip

@@ -16,7 +16,7 @@ from hermes.eval.formats import BENCHES
 from hermes.eval.harness import EvalSettings
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
-from hermes.serving.replay import play
+from hermes.runtime.driver import play
 from hermes.video.frames_folder import iter_video
 
 # lmms-eval task names -> the benchmark whose re-indexing default (the paper's) they get.
