@@ -31,14 +31,11 @@ import numpy as np
 from PIL import Image
 
 from hermes.video.errors import Skipped, VideoDamaged, VideoError
-from hermes.video.libav import frame_size, pyav, remux
+from hermes.video.libav import check_frame_sizes, pyav, remux
 from hermes.video.reader import FrameReader, OpenFailed, open_reason
+from hermes.video.sizes import MAX_FRAME_PIXELS, TooLarge
 
 DEFAULT_MAX_SIDE = 768
-# Frames larger than this (8K UHD) are refused from the file's header, before any is decoded: the
-# decoder holds several full-size frames at once whatever size it hands over (an 8000 x 8000 frame
-# took about 1 GB), so one small file could take the machine's memory.
-MAX_FRAME_PIXELS = 7680 * 4320
 # Sampled frames that Start decodes before it says "Streaming" (the first few seconds at 1 fps).
 START_CHECK_FRAMES = 4
 # Timestamps from containers are float32-ish (0.1 -> 0.10000000149); compare with slack.
@@ -209,27 +206,23 @@ def sample_indices(
 
 
 def check_frame_size(path: Path, max_pixels: int | None) -> None:
-    """VideoError naming the size when the header of `path` gives frames of more than `max_pixels`
-    (None: no limit); nothing is decoded."""
-    size = frame_size(path) if max_pixels else None
-    if size is not None and size[0] * size[1] > max_pixels:
-        w, h = size
-        raise VideoError(
-            path,
-            f"its frames are {w}x{h} ({w * h / 1e6:.1f} megapixels), larger than this reader decodes "
-            f"(at most {max_pixels / 1e6:.1f} megapixels); scale the video down first",
-        )
+    """VideoError naming the size when a video stream of `path` has frames of more than `max_pixels`
+    (None: no limit), by its header or at any key frame (`check_frame_sizes`); none is allocated."""
+    try:
+        check_frame_sizes(path, max_pixels)
+    except TooLarge as e:
+        raise VideoError(path, e.reason) from e
 
 
 class VideoFile:
     """A video file opened for lazy, fps-sampled decoding.
 
-    Opening checks the file (exists, non-empty, frames within `max_pixels` by its header), reads the
-    index and decodes the first frame, so a bad file fails here with VideoError naming the file and
-    the reason. A file that decord cannot open by itself (a browser recording without a duration,
-    Ogg, an MPEG program stream) is first copied, stream untouched, into a fresh container by
-    FFmpeg (`hermes.video.libav.remux`); that copy lives until `close`. Not thread-safe: use one
-    VideoFile per consumer thread.
+    Opening checks the file (exists, non-empty, frames within `max_pixels` in every video stream,
+    before decord opens it: `check_frame_size`), reads the index and decodes the first frame, so a
+    bad file fails here with VideoError naming the file and the reason. A file that decord cannot
+    open by itself (a browser recording without a duration, Ogg, an MPEG program stream) is first
+    copied, stream untouched, into a fresh container by FFmpeg (`hermes.video.libav.remux`); that
+    copy lives until `close`. Not thread-safe: use one VideoFile per consumer thread.
     """
 
     def __init__(

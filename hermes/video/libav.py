@@ -8,7 +8,9 @@ video stream is copied untouched into a fresh Matroska container (`remux`), and 
 decode a frame (a damaged packet) the frames from there are decoded by FFmpeg's decoder as its own
 player does (`decode_at`). Both ran FFmpeg's command-line tools before; in process they need no
 `ffmpeg` binary (a pip-only install, a Space, has PyAV's wheels but no binary), start no process
-per call, and hand frames over as arrays instead of raw bytes parsed back from a log.
+per call, and hand frames over as arrays instead of raw bytes parsed back from a log. decord
+takes no limit on the size of the frames it decodes: `check_frame_sizes` reads a file's key frames
+first with a decoder that takes one (`hermes.video.sizes`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
+
+from hermes.video.sizes import check_pixels, limit_decoder
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,17 +61,49 @@ def _from_header(path: Path, read: Callable[[Any], T], default: T) -> T:
         return default
 
 
-def frame_size(path: Path) -> tuple[int, int] | None:
-    """(width, height) of the file's first video stream as its header gives them (None when it does
-    not say, or the file does not open)."""
+def check_frame_sizes(path: Path, max_pixels: int | None) -> None:
+    """Raise TooLarge when a video stream of `path` has frames of more than `max_pixels` (None: no
+    limit): by its header, or at any key frame, each decoded single-threaded by a decoder held to the
+    limit (`limit_decoder`), so that one past it is never allocated: its size is read from the
+    decoder. A stream's size changes at a key frame in the codecs the app meets (a new sequence in
+    H.264, HEVC, MPEG-2, a key frame in VP8 and VP9, every frame of the intra-only codecs); a stream
+    built to change it elsewhere (VP9's and AV1's reference scaling) is not seen. The cost: the key
+    frames are decoded once more (about 5% of decoding the file). Checks nothing without PyAV or when
+    FFmpeg cannot open the file (decord then says why it cannot)."""
+    av = pyav()
+    if av is None or not max_pixels:
+        return
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError, ValueError):
+        return
+    with container:
+        # A stream in a codec that PyAV lacks has no decoder to read (decord lacks it too, and says so).
+        streams = [s for s in container.streams.video if s.codec_context is not None]
+        if not streams:  # demux() of no stream reads every stream
+            return
+        for stream in streams:
+            check_pixels(stream.codec_context.width, stream.codec_context.height, max_pixels)
+            limit_decoder(stream.codec_context, max_pixels)
+            stream.codec_context.thread_count = 1  # one frame in flight: the least memory
+        try:
+            for packet in container.demux(*streams):
+                if packet.is_keyframe:
+                    _check_key_frame(av, packet, max_pixels)
+        except (av.error.FFmpegError, OSError):
+            pass  # the file reads no further here: nor does decord
 
-    def size(stream) -> tuple[int, int] | None:
-        context = stream.codec_context
-        if context is None or min(context.width, context.height) <= 0:
-            return None
-        return context.width, context.height
 
-    return _from_header(path, size, None)
+def _check_key_frame(av: ModuleType, packet, max_pixels: int) -> None:
+    """Decode a key frame under the limit; TooLarge if its stream's size passed it."""
+    try:
+        frames = packet.decode()
+    except av.error.FFmpegError:
+        frames = []  # a damaged key frame: the reader's fallbacks deal with it
+    context = packet.stream.codec_context
+    check_pixels(context.width, context.height, max_pixels, later=True)
+    for frame in frames:
+        check_pixels(frame.width, frame.height, max_pixels, later=True)
 
 
 def stream_start(path: Path) -> float:
@@ -148,6 +184,7 @@ def decode_at(
             stream = _video_stream(container)
             # One thread: with frame threads, a damaged packet can take the frames decoded beside it.
             stream.codec_context.thread_count = 1
+            limit_decoder(stream.codec_context)
             if math.isfinite(seek_s + origin_s):  # broken timestamps: from the start, as FFmpeg's player
                 container.seek(int((seek_s + origin_s) / stream.time_base), stream=stream, backward=True)
             for packet in container.demux(stream):
