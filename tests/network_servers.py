@@ -1,6 +1,8 @@
 """Real network streams on loopback, started by the tests: an RTSP server (GStreamer's, from Debian's
 packages, in tests/rtsp_server.py), a live HLS playlist written by FFmpeg and served by Python's
-http.server, and plain HTTP pages."""
+http.server, and plain HTTP pages; and servers that record every connection that reaches them
+(HTTP with redirects and playlists in turn, a raw RTSP server that answers with redirects, a port
+that stays silent or resets), to show what a stream's URLs led FFmpeg to."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -198,3 +201,154 @@ def rtmp_server() -> Iterator[str]:
     finally:
         process.kill()
         process.wait(10)
+
+
+# -- servers that record what reaches them (tests/test_url_nesting.py) ---------------------------------
+class _Recording(http.server.ThreadingHTTPServer):
+    """An HTTP server that records every connection it accepts (`log`), whether or not a request
+    follows, then every request line."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler, log: list[str]) -> None:
+        self.log = log
+        super().__init__(address, handler)
+
+    def get_request(self):
+        request, client = super().get_request()
+        self.log.append(f"connection from {client[0]}")
+        return request, client
+
+
+class _Routed(http.server.SimpleHTTPRequestHandler):
+    """A folder's files, but for the paths the server redirects (`redirects`: path -> Location) and those
+    it answers with texts in turn (`texts`: path -> list of bodies, the last repeated: a live playlist)."""
+
+    def do_GET(self) -> None:
+        self.server.log.append(self.requestline)
+        path = self.path.split("?", 1)[0]
+        if path in self.server.redirects:
+            self.send_response(302)
+            self.send_header("Location", self.server.redirects[path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif path in self.server.texts:
+            bodies = self.server.texts[path]
+            body = (bodies.pop(0) if len(bodies) > 1 else bodies[0]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.apple.mpegurl")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            super().do_GET()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@dataclass
+class Served:
+    """A recording server: `base` URL (scheme://host:port), `log` of what reached it, `port`."""
+
+    base: str
+    log: list[str]
+    port: int
+    redirects: dict[str, str] = field(default_factory=dict)
+    texts: dict[str, list[str]] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def recording_http(root: Path, host: str = "127.0.0.1", port: int = 0, tls=None) -> Iterator[Served]:
+    """`root` served over HTTP on `host` (a loopback address), recording every connection; routes are
+    added to the `Served` it yields (its `redirects` and `texts`). `tls`: an ssl context (HTTPS)."""
+    log: list[str] = []
+    server = _Recording((host, port), functools.partial(_Routed, directory=str(root)), log)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    scheme = "https" if tls is not None else "http"
+    served = Served(f"{scheme}://{host}:{server.server_address[1]}", log, server.server_address[1])
+    server.redirects, server.texts = served.redirects, served.texts
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class RecordingListener:
+    """A TCP port on a loopback address that records every connection and what it sent, and answers in
+    one of the ways a port can: `silent` (accept, never a word), `reset` (accept, then RST), or, for
+    `rtsp_redirect`, `RTSP/1.0 302` to every request with `Location: location`. `tls`: an ssl context
+    (rtsps). `log` says what reached it."""
+
+    def __init__(self, host: str, how: str = "silent", location: str = "", tls=None) -> None:
+        self.how, self.location, self.tls = how, location, tls
+        self.log: list[str] = []
+        self.sock = socket.create_server((host, 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self._open: list[socket.socket] = []
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, client = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.log.append(f"connection from {client[0]}")
+            self._open.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        import struct
+
+        if self.how == "reset":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+            return
+        if self.how != "rtsp_redirect":
+            return  # silent: held open until the listener closes
+        with contextlib.suppress(OSError):
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            data = b""
+            while not self._closed.is_set() and (chunk := conn.recv(4096)):
+                data += chunk
+                while b"\r\n\r\n" in data:
+                    head, data = data.split(b"\r\n\r\n", 1)
+                    conn.sendall(self._redirect(head.decode()))
+
+    def _redirect(self, request: str) -> bytes:
+        lines = request.split("\r\n")
+        self.log.append(lines[0])
+        cseq = next((line.split(":")[1].strip() for line in lines if line.lower().startswith("cseq")), "1")
+        return f"RTSP/1.0 302 Moved Temporarily\r\nCSeq: {cseq}\r\nLocation: {self.location}\r\n\r\n".encode()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+        for conn in self._open:
+            conn.close()
+
+    def __enter__(self) -> RecordingListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def self_signed_tls(folder: Path):
+    """A server-side ssl context with a fresh self-signed certificate for 127.0.0.1 (openssl makes it)."""
+    import ssl
+
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    args = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    subprocess.run([*args, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context

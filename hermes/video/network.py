@@ -4,7 +4,10 @@ decord, the file reader, cannot open a network stream; PyAV (FFmpeg's libraries 
 A `NetworkReader` runs one thread that owns its container from open to close (FFmpeg's demuxer
 and decoder are never touched from another thread: closing them from outside is how decoder
 threads crash on a dropped stream), with open and read timeouts so that a stalled server never
-blocks it for ever, and RTSP over TCP (UDP loses packets behind NAT and firewalls).
+blocks it for ever, and RTSP over TCP (UDP loses packets behind NAT and firewalls). Under a
+`UrlPolicy`, every connection FFmpeg makes for the stream goes through a gate (hermes/video/gate.py)
+that checks it first: a redirect, a playlist or a segment naming a refused URL stops the stream with
+that reason, once.
 
 Frames are sampled at `fps` by their timestamps and put in a bounded queue that keeps only the
 newest: a consumer that falls behind skips frames (their seconds are counted) and stays at the
@@ -27,7 +30,9 @@ import numpy as np
 
 from hermes.video.decoding import DEFAULT_MAX_SIDE, fit_size
 from hermes.video.errors import VideoError, clock
-from hermes.video.urls import redact, split_live_url
+from hermes.video.gate import Gate, gate_for
+from hermes.video.sizes import MAX_FRAME_PIXELS, TooLarge, decode_within
+from hermes.video.urls import UrlPolicy, UrlRefused, redact, split_live_url
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ OPEN_TIMEOUT_S = 8.0  # to connect and read the stream's header
 READ_TIMEOUT_S = 5.0  # without a packet, the stream has dropped
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between reconnect attempts; the last repeats
 QUEUE_SECONDS = 4.0  # frames kept for a slow consumer, in seconds of stream at the sampling rate
+MAX_REDIRECTS = 5  # RTSP redirects followed (FFmpeg follows HTTP's itself, each through the gate)
 
 
 class StreamError(VideoError):
@@ -85,20 +91,24 @@ def open_failure(exc: BaseException, elapsed_s: float, open_timeout_s: float) ->
     import av
 
     errors = av.error
-    if isinstance(exc, errors.ConnectionRefusedError):
+    if isinstance(exc, ConnectionRefusedError):  # FFmpeg's, or the gate's connection to the server
         return "connection refused (nothing is listening there)"
-    if isinstance(exc, errors.HTTPUnauthorizedError | errors.HTTPForbiddenError | errors.PermissionError):
+    if isinstance(exc, errors.HTTPUnauthorizedError | errors.HTTPForbiddenError):
         return "authentication required (the server refused the credentials, or none were given)"
+    if isinstance(exc, errors.PermissionError):  # EPERM: FFmpeg's safe mode, as an ffconcat naming a URL meets it
+        return "FFmpeg's safe mode refused a file the stream names (a list naming an absolute path or a URL)"
     if isinstance(exc, errors.HTTPNotFoundError):
         return "the server has no stream at that path (404 Not Found)"
     if isinstance(exc, errors.HTTPError):
         return f"the server answered with an error ({exc.strerror})"
     if isinstance(exc, errors.ProtocolNotFoundError):
         return "this FFmpeg build cannot speak that protocol"
-    if isinstance(exc, errors.ExitError | errors.TimeoutError) or elapsed_s >= 0.9 * open_timeout_s:
+    if isinstance(exc, errors.ExitError | TimeoutError) or elapsed_s >= 0.9 * open_timeout_s:
         return f"no answer within {open_timeout_s:g} s (the host is unreachable, or the stream is not running)"
     if isinstance(exc, errors.InvalidDataError):
         return "not a video stream (the server sent something FFmpeg cannot read as video)"
+    if isinstance(exc, errors.ArgumentError):  # a gated stream's format is not among gate.FORMATS
+        return "not a video stream this server reads (lists that open files themselves, as ffconcat, are refused)"
     if isinstance(exc, errors.DecoderNotFoundError):
         return "codec not supported by the decoder"
     return said(exc)
@@ -188,12 +198,13 @@ class Timeline:
 class NetworkReader:
     """One network stream read by one thread: frames sampled at `fps` into a queue of the newest.
 
-    `start()` starts the thread; `wait_open()` waits for the first frame or raises why none came;
-    `get(timeout)` takes the next frame. `link` says where the connection is; `failure` why it never
-    opened (then `link` is FAILED). `on_link(link, detail)` is called at each change (detail: the
-    reason of a drop, the error of a failure), from the reader's thread, or for STOPPED from the
-    thread that stopped it. `stop()` returns at once: the thread ends at its next packet, timeout or
-    wait.
+    `policy` (None: none) governs every URL FFmpeg opens for the stream, redirects and playlists'
+    URLs included. `start()` starts the thread; `wait_open()` waits for the first frame or raises why
+    none came; `get(timeout)` takes the next frame. `link` says where the connection is; `failure`
+    why it never opened, or was refused (then `link` is FAILED). `on_link(link, detail)` is called
+    at each change (detail: the reason of a drop, the error of a failure), from the reader's thread,
+    or for STOPPED from the thread that stopped it. `stop()` returns at once: the thread ends at its
+    next packet, timeout or wait.
     """
 
     def __init__(
@@ -208,11 +219,15 @@ class NetworkReader:
         queue_frames: int | None = None,
         on_link: Callable[[Link, str | None], None] = lambda link, detail: None,
         name: str = "stream-read",
+        policy: UrlPolicy | None = None,
+        max_pixels: int = MAX_FRAME_PIXELS,
     ) -> None:
         split_live_url(url)  # a URL that is not a live stream fails here, before any thread starts
         if not fps > 0:
             raise ValueError(f"fps must be > 0, got {fps}")
         self.url, self.fps, self.max_side = url.strip(), float(fps), max_side
+        self.max_pixels = max_pixels  # every decoded frame is held to it, as a file's are
+        self.policy = policy  # what every URL FFmpeg opens for it must pass (None: any, as the command line)
         self.open_timeout_s, self.read_timeout_s, self.backoff_s = open_timeout_s, read_timeout_s, backoff_s
         self.frames = NewestFrames(queue_frames or max(2, round(QUEUE_SECONDS * fps)))
         self.timeline = Timeline()
@@ -293,6 +308,9 @@ class NetworkReader:
             try:
                 ended = self._read_once()
                 opened_once = True
+            except _Refused as refused:  # a URL the policy refuses: no retry would open it
+                self._fail(StreamError(self.url, refused.reason))
+                return
             except _Dropped as drop:
                 opened_once = opened_once or drop.opened
                 if not opened_once:
@@ -314,44 +332,73 @@ class NetworkReader:
                 return
 
     def _read_once(self) -> bool:
-        """Open the stream and read it until it drops (_Dropped), ends (True) or is stopped (False)."""
+        """Open the stream and read it until it drops (_Dropped), ends (True), is stopped (False) or is
+        refused (_Refused). An RTSP redirect to an allowed URL is followed here, through a new gate."""
+        url = self.url
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                return self._read_at(url)
+            except _Moved as moved:
+                url = moved.url
+        raise _Dropped(f"it was redirected more than {MAX_REDIRECTS} times", opened=False)
+
+    def _read_at(self, url: str) -> bool:
+        """One attempt at `url`, through its gate."""
         import av
 
         started = time.monotonic()
-        options = {"rtsp_transport": "tcp"} if self.url.lower().startswith("rtsp") else {}
         try:
-            container = av.open(self.url, options=options, timeout=(self.open_timeout_s, self.read_timeout_s))
-        except Exception as exc:
-            raise _Dropped(open_failure(exc, time.monotonic() - started, self.open_timeout_s), opened=False) from exc
-        with container:
-            if not container.streams.video:
-                raise _Dropped("no video stream in it", opened=False)
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            live = container.duration is None  # a file over HTTP, or a finished playlist, has a duration
-            self.timeline.connected(time.time())
-            self._next_due = self._paced_from = None
-            opened = False
+            gate = gate_for(url, self.policy, self.open_timeout_s)
+        except UrlRefused as refused:  # the name now resolves to a refused address
+            raise _Refused(str(refused)) from None
+        with gate:
             try:
-                for frame in container.decode(stream):
-                    if self._stop.is_set():
-                        return False
-                    if not opened:
-                        opened = True
-                        self._set_link(Link.STREAMING, None)
-                    self._take(frame, live)
-            except Exception as exc:  # a read timeout, a reset connection, damaged data
+                container = av.open(gate.url, options=gate.options, timeout=(self.open_timeout_s, self.read_timeout_s))
+            except Exception as exc:
+                _stop_if_gated(gate)
+                why = open_failure(gate.unreachable or exc, time.monotonic() - started, self.open_timeout_s)
+                raise _Dropped(why, opened=False) from exc
+            with container:
+                return self._decode(container, gate)
+
+    def _decode(self, container, gate: Gate) -> bool:
+        """Decode `container`'s video until it drops, ends or is stopped (as `_read_once` says)."""
+        _stop_if_gated(gate)
+        if not container.streams.video:
+            raise _Dropped("no video stream in it", opened=False)
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        live = container.duration is None  # a file over HTTP, or a finished playlist, has a duration
+        self.timeline.connected(time.time())
+        self._next_due = self._paced_from = None
+        opened = False
+        try:
+            for frame in decode_within(container, stream, self.max_pixels):
                 if self._stop.is_set():
                     return False
-                reason = open_failure(exc, 0.0, self.open_timeout_s) if not opened else _drop_reason(exc)
-                raise _Dropped(reason, opened=opened) from exc
-            if not opened:
-                raise _Dropped("the stream sent no frame that decodes", opened=False)
+                _stop_if_gated(gate)  # a playlist went on to a refused URL: what is buffered stays unread
+                if not opened:
+                    opened = True
+                    self._set_link(Link.STREAMING, None)
+                self._take(frame, live)
+        except (_Refused, _Moved):
+            raise
+        except TooLarge as exc:  # frames past the limit: reconnecting would only decode them again
+            raise _Refused(exc.reason) from exc
+        except Exception as exc:  # a read timeout, a reset connection, damaged data
             if self._stop.is_set():
                 return False
-            if live:
-                raise _Dropped("the server ended the stream", opened=True)
-            return True
+            _stop_if_gated(gate)
+            reason = open_failure(exc, 0.0, self.open_timeout_s) if not opened else _drop_reason(exc)
+            raise _Dropped(reason, opened=opened) from exc
+        _stop_if_gated(gate)
+        if not opened:
+            raise _Dropped("the stream sent no frame that decodes", opened=False)
+        if self._stop.is_set():
+            return False
+        if live:
+            raise _Dropped("the server ended the stream", opened=True)
+        return True
 
     def _take(self, frame, live: bool) -> None:
         """Sample one decoded frame at the reader's fps by its stream time; a stream with an end is
@@ -379,6 +426,32 @@ class _Dropped(Exception):
     def __init__(self, reason: str, *, opened: bool) -> None:
         super().__init__(reason)
         self.reason, self.opened = reason, opened
+
+
+class _Refused(Exception):
+    """The policy refused a URL the stream needs, or its frames are past the size limit: `reason` in
+    words. The stream fails, not retried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Moved(Exception):
+    """An RTSP server sent the stream on to `url`, which the policy allows."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(redact(url))
+        self.url = url
+
+
+def _stop_if_gated(gate: Gate) -> None:
+    """_Refused once `gate` refused a URL, _Moved once the server sent the stream on: whatever FFmpeg
+    says then, this is why."""
+    if gate.refusal is not None:
+        raise _Refused(gate.refusal)
+    if gate.moved is not None:
+        raise _Moved(gate.moved)
 
 
 def _drop_reason(exc: BaseException) -> str:

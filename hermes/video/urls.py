@@ -4,9 +4,10 @@ A server that opens any URL a visitor types can be made to reach the host's own 
 (server-side request forgery). So a `UrlPolicy` refuses every URL unless the operator turned URLs
 on, refuses schemes other than the live ones and file paths, and refuses loopback, private,
 link-local and other non-public addresses unless the operator named that host or network. The
-host is resolved here, and every address it resolves to must pass (docs/design.md, "Live network
-streams", says what this cannot catch). Credentials in a URL are never shown: `redact` is what the
-page, the log and /metrics get.
+host is resolved here, and every address it resolves to must pass; `addresses` gives those checked
+addresses, so that a connection goes to what was checked (hermes/video/gate.py checks every URL
+FFmpeg opens for a stream this way, and docs/design.md, "Live network streams", says why).
+Credentials in a URL are never shown: `redact` is what the page, the log and /metrics get.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
 # What FFmpeg reads live: RTSP cameras, RTMP and SRT from encoders, HTTP(S) for HLS playlists,
@@ -96,6 +97,8 @@ class UrlPolicy:
 
     enabled: bool = False
     allowed: tuple[str, ...] = ()
+    # How host names are resolved: the system's resolver (a test gives its own, to play DNS answers).
+    resolver: Callable[[str], Sequence[Address]] = field(default=_resolve, compare=False, repr=False)
 
     @classmethod
     def parse(cls, allow: str | None) -> UrlPolicy:
@@ -112,15 +115,31 @@ class UrlPolicy:
                     raise ValueError(f"--allow-urls: '{name}' is not a network ({exc})") from None
         return cls(True, names)
 
-    def check(self, url: str, resolve: Callable[[str], Sequence[Address]] = _resolve) -> str:
+    def check(self, url: str, resolve: Callable[[str], Sequence[Address]] | None = None) -> str:
         """`url`, stripped, if this server may open it; UrlRefused with the reason otherwise."""
+        host = self._host(url)
+        if not self._named(host):
+            self._check_addresses(host, (resolve or self.resolver)(host))
+        return url.strip()
+
+    def addresses(self, url: str) -> list[Address]:
+        """The addresses of `url`'s host, resolved once, if this server may open it: a connection goes to
+        one of these, never to a second answer of the resolver (DNS rebinding); UrlRefused otherwise."""
+        host = self._host(url)
+        found = list(self.resolver(host))
+        if not self._named(host):
+            self._check_addresses(host, found)
+        return found
+
+    def _host(self, url: str) -> str:
         if not self.enabled:
             raise UrlRefused("this server does not open network streams (start it with --allow-urls to allow them)")
-        parts = split_live_url(url)
-        host = parts.hostname.lower()
-        if self.allowed and host in self.allowed:
-            return url.strip()
-        addresses = resolve(host)
+        return split_live_url(url).hostname.lower()
+
+    def _named(self, host: str) -> bool:
+        return bool(self.allowed) and host in self.allowed
+
+    def _check_addresses(self, host: str, addresses: Sequence[Address]) -> None:
         for address in addresses:
             if self.allowed:
                 if not any(address in net for net in self._networks()):
@@ -130,7 +149,6 @@ class UrlPolicy:
                     f"the host '{host}' is a private or local address ({address}); this server opens it only "
                     "if it is started with --allow-urls naming it"
                 )
-        return url.strip()
 
     def _networks(self) -> list[Network]:
         out = []
