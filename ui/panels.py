@@ -14,11 +14,13 @@ from hermes.serving import (
     MAX_COMPARED,
     MAX_STANDING,
     SPEEDS,
+    Bound,
     Sample,
     StreamSettings,
     UrlPolicy,
     policy_help,
     policy_names,
+    setting_bounds,
     suggestions_markdown,
 )
 from ui import figures
@@ -176,19 +178,19 @@ def now_showing() -> tuple[gr.Image, gr.Markdown]:
     return frame, status
 
 
-def setting_slider(setting: str, minimum: float, maximum: float, **kwargs: object) -> gr.Slider:
-    """A Settings slider that checks what an API call sends before Gradio compares it with the bounds
-    (which fails opaquely on a string): an error naming the setting and what it takes. The check
-    wraps this slider's own preprocess (a subclass of a Gradio component writes a .pyi stub beside
-    its module when the class is made)."""
-    slider = gr.Slider(minimum, maximum, **kwargs)
+def setting_slider(setting: str, bound: Bound, **kwargs: object) -> gr.Slider:
+    """A Settings slider over `bound` that checks what an API call sends before Gradio compares it
+    with the bounds (which fails opaquely on a string): an error naming the setting and what it
+    takes. The check wraps this slider's own preprocess (a subclass of a Gradio component writes a
+    .pyi stub beside its module when the class is made)."""
+    slider = gr.Slider(bound.low, bound.high, **kwargs)
     preprocess = slider.preprocess
 
     def checked(payload: float) -> float:
-        number = isinstance(payload, int | float) and not isinstance(payload, bool)
-        if not number or not minimum <= payload <= maximum:
-            takes = f"takes a number from {minimum:g} to {maximum:g}"
-            raise refused(f"Invalid settings: {setting} {takes}; got {payload!r}")
+        try:
+            bound.check(setting, payload)
+        except ValueError as exc:
+            raise refused(f"Invalid settings: {exc}") from None
         return preprocess(payload)
 
     slider.preprocess = checked
@@ -197,6 +199,7 @@ def setting_slider(setting: str, minimum: float, maximum: float, **kwargs: objec
 
 def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
     """The Settings controls, keyed by the `StreamSettings` field each one sets, showing `s`."""
+    bounds = setting_bounds(s)  # the same bounds hold a memory file loaded into a stream
     with gr.Accordion("Settings (applied at the next Start or Reset)", open=False):
         names = list(policy_names())
         controls = {
@@ -214,19 +217,15 @@ def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
                 label=f"Policies to compare (2 to {MAX_COMPARED})",
                 elem_id="compare-policies",
             ),
-            # The toy model's streams are 136 video tokens: its budget (34) sits far below a real model's.
             "budget": setting_slider(
-                "budget",
-                min(128, s.budget),
-                10240,
-                value=s.budget,
-                step=1,
-                label="Budget |M| (video tokens kept per layer)",
+                "budget", bounds["budget"], value=s.budget, step=1, label="Budget |M| (video tokens kept per layer)"
             ),
             "chunk_frames": setting_slider(
-                "chunk_frames", 1, 32, value=s.chunk_frames, step=1, label="Chunk size (frames)"
+                "chunk_frames", bounds["chunk_frames"], value=s.chunk_frames, step=1, label="Chunk size (frames)"
             ),
-            "fps": setting_slider("fps", 0.25, 4, value=s.fps, step=0.25, label="Sampling rate (frames per second)"),
+            "fps": setting_slider(
+                "fps", bounds["fps"], value=s.fps, step=0.25, label="Sampling rate (frames per second)"
+            ),
             "reindex": gr.Radio(
                 ["lazy", "eager"],
                 value=s.reindex,
@@ -235,8 +234,7 @@ def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
             ),
             "watch_threshold": setting_slider(
                 "watch_threshold",
-                0.05,
-                0.95,
+                bounds["watch_threshold"],
                 value=s.watch_threshold,
                 step=0.05,
                 label="Alert threshold: p(yes) above which a standing question fires",

@@ -70,6 +70,7 @@ def model_for(args: argparse.Namespace, memory) -> None:
 def resumed_session(args: argparse.Namespace, memory, lm, host_cap: int | None):
     """The session saved in `memory` (checked against `lm` and the options given), for `stream`."""
     from hermes.engine.persist import load_session
+    from hermes.serving.admission import block_tokens_bound
 
     saved = memory.header["cache"]["config"]
     given = {k: getattr(args, k) for k, default in MEMORY_DEFAULTS.items() if getattr(args, k) != default}
@@ -79,7 +80,9 @@ def resumed_session(args: argparse.Namespace, memory, lm, host_cap: int | None):
     from hermes.engine.methods import DEFAULT_POLICY
 
     policy = None if args.policy == DEFAULT_POLICY else args.policy  # the file's, unless another was asked for
-    return load_session(lm, args.load_memory, policy=policy, config=config, host_cap_bytes=host_cap)
+    # The frames `stream` decodes are the app's: a memory asks for no more storage than a stream of them needs.
+    block = block_tokens_bound(lm)
+    return load_session(lm, args.load_memory, policy=policy, config=config, host_cap_bytes=host_cap, block_tokens=block)
 
 
 def start_time(session) -> float:
@@ -136,12 +139,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from hermes.engine.persist import file_summary, load_session, read_session
     from hermes.engine.session import validate_question
     from hermes.models.loading import load_video_lm
+    from hermes.serving.admission import block_tokens_bound
 
     questions = [validate_question(q) for q in args.question]
     memory = read_session(args.memory)  # a bad file fails before the model loads
     model_for(args, memory)
     lm = load_video_lm(args.model, device=args.device, dtype=args.dtype)
-    session = load_session(lm, args.memory)
+    session = load_session(lm, args.memory, block_tokens=block_tokens_bound(lm))  # checked against the model first
     if not args.json:
         print(f"memory: {file_summary(memory)}", file=sys.stderr)
         if lm.random_weights:

@@ -7,6 +7,12 @@ as the uninterrupted stream would: the stream time, the frames and chunks seen, 
 and answer (they prefix the guidance prompt), the kept answers, the standing questions with their
 alert state, an input filter's last frame, the policy and its constants, and the identity of the
 model the memory belongs to (docs/design.md, "The memory file").
+
+Loading checks the file against the model before anything of it is loaded, on its header and the
+tensors' declared shapes: the model's identity, the shape of its memory (layers and their kinds,
+heads, channels, states), constants within its positions, the session's counts and times in range,
+and no layer asking for more storage than a stream of its policy and budget grows to
+(`storage_bound`). A file that fails is refused in one line (`MemoryFileError`).
 """
 
 from __future__ import annotations
@@ -20,20 +26,28 @@ from typing import Any
 
 import torch
 
-from hermes.engine.answering import MAX_QUESTION_CHARS, AnswerUpdate
-from hermes.engine.methods import PolicyError, parse_policy
+from hermes.engine.answering import ANSWERS_KEPT, MAX_QUESTION_CHARS, AnswerUpdate
+from hermes.engine.methods import PolicyError, make_policy, parse_policy
 from hermes.engine.policy import Policy
-from hermes.engine.session import StreamingSession
+from hermes.engine.session import QUESTION_MARGIN, StreamingSession
 from hermes.engine.watch import MAX_STANDING, WatchCost
+from hermes.memory.cache import CHUNK_SLACK
 from hermes.memory.config import HermesConfig
 from hermes.memory.persist import (
+    MAX_COUNT,
+    CacheShape,
     MemoryFile,
     MemoryFileError,
+    bounded,
+    check_allocated,
     check_cache,
+    check_fields,
     check_fits,
+    check_layout,
     field,
     pack_cache,
     read_memory,
+    storage_bytes,
     unpack_cache,
     write_memory,
 )
@@ -42,6 +56,7 @@ from hermes.models.base import VideoLM
 # Keys of a transformers config that say how it was loaded (its dtype, its folder), not what the model is.
 LOAD_KEYS = ("dtype", "torch_dtype", "transformers_version")
 SAMPLES = 64  # values of each weight tensor in the weights' fingerprint
+MAX_STREAM_S = 1e9  # seconds of video a memory may say it has seen: about 30 years, past any stream
 
 
 def _model_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,8 +98,8 @@ def model_identity(lm: VideoLM) -> dict[str, Any]:
     }
 
 
-def check_model(memory: MemoryFile, lm: VideoLM) -> None:
-    """MemoryFileError, with the reason, when the file's memory was not made by `lm` in its dtype."""
+def _check_identity(memory: MemoryFile, lm: VideoLM) -> None:
+    """MemoryFileError, with the reason, when the file's model identity is not `lm`'s in its dtype."""
     saved = field(memory.header, "model", dict)
     now = model_identity(lm)
     name = f"{saved.get('source')!r} ({saved.get('arch')})"
@@ -99,7 +114,75 @@ def check_model(memory: MemoryFile, lm: VideoLM) -> None:
         )
     if saved.get("weights_sha256") != now["weights_sha256"]:
         raise MemoryFileError(f"this memory belongs to {name}, whose weights differ from those of {lm.source!r}")
-    check_fits(memory, lm.rope_spec(), lm.dtype)
+
+
+def model_shape(lm: VideoLM) -> CacheShape:
+    """The shape of `lm`'s memory, as a memory file's cache must have it to be `lm`'s."""
+    heads = lm.text_config.num_key_value_heads
+    return CacheShape(lm.num_layers, tuple(lm.linear_layers), heads, lm.head_dim, lm.state_shapes)
+
+
+def check_model(memory: MemoryFile, lm: VideoLM) -> None:
+    """MemoryFileError, with the reason, when the file's memory was not made by `lm` in its dtype:
+    another model's identity, another shape of memory (layers and their kinds, heads, channels,
+    states: a file edited to pass the identity), or constants past `lm`'s positions. The header
+    and the declared shapes will do (a file read so, before its tensors are loaded)."""
+    _check_identity(memory, lm)
+    check_layout(memory, model_shape(lm))
+    config = check_cache(memory)[1]
+    positions = config.max_positions or lm.max_positions
+    if not 1 <= positions <= lm.max_positions:
+        raise MemoryFileError(f"this memory uses {positions:,} positions; {lm.source!r} has {lm.max_positions:,}")
+    if max(config.budget, config.chunk_frames) > positions:  # a slot, and a frame, takes a position at least
+        raise MemoryFileError(
+            f"this memory's budget ({config.budget:,}) or chunk ({config.chunk_frames:,} frames) does not fit in "
+            f"the {positions:,} positions it has"
+        )
+
+
+def storage_bound(
+    lm: VideoLM, policy: Policy, config: HermesConfig, prefix_len: int, slots: int, block_tokens: int | None = None
+) -> int:
+    """The most tokens a key-value layer's storage grows to in a stream of `lm` kept by `policy`
+    (built for `config`), whose layers hold `slots` slots after a prefix of `prefix_len` tokens,
+    when a frame block (a frame, or a frame pair where the model merges them) takes at most
+    `block_tokens` tokens (None: frames of any size, so a chunk as many tokens as the memory has
+    positions, which the engine holds any chunk to).
+
+    A stream sizes its storage once (`HermesCache.reserve`): the prefix, the slots its policy holds
+    once full (a policy that never evicts: those it holds now), one chunk's tokens with the
+    question margin, what a question brings in (ReKV's frames) and the slack; an answer longer than
+    the margin grows it by half again (`HermesLayer.reserve`). Twice that is the bound.
+    """
+    positions = config.max_positions or lm.max_positions
+    if block_tokens is None:
+        block = chunk = positions
+    else:
+        block, chunk = block_tokens, -(-config.chunk_frames // lm.frame_multiple) * block_tokens
+    per_block = lm.frame_multiple if config.chunk_frames % lm.frame_multiple == 0 else 1
+    room = policy.question.device_room(block)
+    held = slots if policy.capacity is None else policy.selection.slot_bound(block, per_block) + room
+    return 2 * (prefix_len + max(held, slots) + chunk + QUESTION_MARGIN + room + CHUNK_SLACK)
+
+
+def _saved_policy(state: Mapping[str, Any], config: HermesConfig) -> Policy:
+    """The policy the session state names, with its constants, built for `config`."""
+    spec = field(state, "policy", dict)
+    try:
+        return make_policy(field(spec, "name", str), config, field(spec, "params", dict))
+    except (PolicyError, ValueError, TypeError) as exc:
+        raise MemoryFileError(f"the memory's policy cannot be used here: {exc}") from None
+
+
+def check_storage(memory: MemoryFile, lm: VideoLM, block_tokens: int | None = None) -> int:
+    """MemoryFileError when a layer of a session's memory file asks for more storage than a stream
+    of its policy and budget on `lm` grows to (`storage_bound`); else the bytes its cache takes once
+    loaded. The header and the declared shapes will do: nothing is allocated."""
+    header, config, _, _ = check_cache(memory)
+    policy = _saved_policy(field(memory.header, "session", dict), config)
+    slots = memory.tensors["kv.0.stream_ids"].numel()
+    check_allocated(memory, storage_bound(lm, policy, config, header["layers"][0]["prefix_len"], slots, block_tokens))
+    return storage_bytes(memory)
 
 
 def policy_spec(policy: Policy) -> dict[str, Any]:
@@ -151,12 +234,23 @@ def save_session(session: StreamingSession, path: str | os.PathLike[str]) -> int
     return write_memory(path, memory)
 
 
-def read_session(path: str | os.PathLike[str]) -> MemoryFile:
-    """Read and check a session's memory file (MemoryFileError if it is damaged or not one)."""
-    memory = read_memory(path)
-    for key in ("model", "session"):
-        field(memory.header, key, dict)
-    return memory
+def read_session(
+    path: str | os.PathLike[str], lm: VideoLM | None = None, block_tokens: int | None = None
+) -> MemoryFile:
+    """Read and check a session's memory file: MemoryFileError if it is damaged or not one, or its
+    session's state is malformed or out of range; given `lm`, also when it is not `lm`'s memory
+    (`check_model`) or asks for more storage than its policy and budget need (`check_storage`, with
+    `block_tokens`). All of it before any tensor of the file is loaded."""
+
+    def check(memory: MemoryFile) -> None:
+        for key in ("model", "session"):
+            field(memory.header, key, dict)
+        _check_state(memory.header["session"])
+        if lm is not None:
+            check_model(memory, lm)
+            check_storage(memory, lm, block_tokens)
+
+    return read_memory(path, check)
 
 
 def _check_choice(state: Mapping[str, Any], config: HermesConfig, policy: str | None, asked: HermesConfig | None):
@@ -197,25 +291,32 @@ def _restore_state(session: StreamingSession, memory: MemoryFile, state: Mapping
 
 
 def _check_state(state: Mapping[str, Any]) -> None:
-    """MemoryFileError when the session part of the header is malformed."""
-    for key in ("frames_seen", "chunks_seen"):
-        field(state, key)
-    field(state, "stream_time_s", (int, float))
+    """MemoryFileError when the session part of the header is malformed or out of range: counts
+    whole and from 0 (chunks no more than frames), the stream time finite and from 0, the standing
+    questions as many and as long as a session takes, the kept answers and costs of their kinds."""
+    frames = bounded(state, "frames_seen", 0, MAX_COUNT)
+    bounded(state, "chunks_seen", 0, frames)  # a chunk holds a frame at least
+    bounded(state, "stream_time_s", 0, MAX_STREAM_S, float)
     standing = field(state, "standing", dict)
     above = field(standing, "above", dict)
-    field(standing, "answer_tokens")
+    bounded(standing, "answer_tokens", 0, MAX_COUNT)
     threshold = field(standing, "threshold", float)
     turn = state.get("last_turn")
     valid = turn is None or (isinstance(turn, list) and len(turn) == 2 and all(isinstance(t, str) for t in turn))
     if not valid:
         raise MemoryFileError("the memory file's header is damaged: its last question and answer are malformed")
-    valid = all(isinstance(q, str) and isinstance(v, bool) for q, v in above.items())
+    valid = all(isinstance(q, str) and len(q) <= MAX_QUESTION_CHARS and isinstance(v, bool) for q, v in above.items())
     if not valid or len(above) > MAX_STANDING or not 0 < threshold < 1:
         raise MemoryFileError("the memory file's header is damaged: its standing questions are malformed")
+    answers = state.get("answers", [])
+    if not isinstance(answers, list) or len(answers) > ANSWERS_KEPT:
+        raise MemoryFileError("the memory file's header is damaged: its answers are malformed")
+    for answer in answers:
+        check_fields(AnswerUpdate, answer, "answers")
+    check_fields(WatchCost, state.get("watch_cost", {}), "standing checks' costs")
     try:
-        [AnswerUpdate(**a) for a in state.get("answers", [])]
-        WatchCost(**state.get("watch_cost", {}))
-    except TypeError:
+        [AnswerUpdate(**a) for a in answers]
+    except TypeError:  # a field left out
         raise MemoryFileError("the memory file's header is damaged: its answers are malformed") from None
 
 
@@ -227,19 +328,21 @@ def load_session(
     config: HermesConfig | None = None,
     max_question_chars: int = MAX_QUESTION_CHARS,
     host_cap_bytes: int | None = None,
+    block_tokens: int | None = None,
 ) -> StreamingSession:
     """A new session holding the stream saved at `path`, which goes on exactly where it stopped.
 
     MemoryFileError, and nothing made, when the file is damaged, truncated or not a memory, when it
-    belongs to another model or dtype than `lm`, or when `policy` or `config` (if given) differ
-    from the policy and constants the memory was kept with.
+    belongs to another model or dtype than `lm` or is shaped otherwise than `lm`'s memory, when its
+    state is out of range or it asks for more storage than its policy and budget need (frame blocks
+    of at most `block_tokens` tokens: `storage_bound`), when `policy` or `config` (if given) differ
+    from the policy and constants the memory was kept with, or when its cache does not fit in memory.
     """
-    memory = read_session(path)
-    check_model(memory, lm)
+    memory = read_session(path, lm, block_tokens)
+    check_fits(memory, lm.rope_spec(), lm.dtype)  # the rotary frequencies' values, now loaded
     state = memory.header["session"]
     _, saved_config, _, _ = check_cache(memory)
     _check_choice(state, saved_config, policy, config)
-    _check_state(state)
     cache = unpack_cache(memory, lm.layer_devices())
     spec = state["policy"]
     try:
@@ -278,10 +381,13 @@ def file_summary(memory: MemoryFile) -> str:
 __all__ = [
     "MemoryFileError",
     "check_model",
+    "check_storage",
     "file_summary",
     "load_session",
     "model_identity",
+    "model_shape",
     "read_session",
     "resume_time",
     "save_session",
+    "storage_bound",
 ]

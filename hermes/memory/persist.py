@@ -6,20 +6,25 @@ keys and values and the bookkeeping of every slot; its metadata holds one entry,
 a JSON header: the format and its version, the cache's layout and constants, a SHA-256 of every
 tensor, and what the caller adds (the engine adds the session's state and the model's identity).
 
-Loading reads the whole file, checks the header, the checksum and every tensor's shape and dtype
-against the header, and only then builds new objects: a damaged, truncated or foreign file raises
-`MemoryFileError` with the reason and nothing is half-loaded. Writing goes to a temporary file in
-the same folder, flushed to the disk, then renamed over the target: a crash at any moment leaves
-the previous file or the new one, whole.
+Loading reads the whole file and checks its header and every tensor's shape and dtype as the
+header declares them (on the meta device: nothing allocated) before any tensor is loaded: the
+cache's layout, its constants (each of its kind, finite), its counts, and what the caller checks
+besides (the model's shape, the storage its policy needs). Then it loads the tensors, checks their
+checksum and the bookkeeping's values (positions within the memory's, frames, patches and stream
+ids from their first), and only then builds new objects: a damaged, truncated, foreign or crafted
+file raises `MemoryFileError` with the reason, in one line, and nothing is half-loaded. Writing
+goes to a temporary file in the same folder, flushed to the disk, then renamed over the target: a
+crash at any moment leaves the previous file or the new one, whole.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from hermes.memory.cache import HermesCache, HermesLayer
+from hermes.memory.buffer import kv_bytes
+from hermes.memory.cache import LOW_PRECISION, HermesCache, HermesLayer
 from hermes.memory.config import HermesConfig
 from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rope import RopeSpec
@@ -39,6 +45,22 @@ VERSION = 1
 BLOCK = 1 << 20  # bytes per write call: a crash mid-file leaves a short temporary file, never the target
 BOOKS = ("stream_ids", "frames", "patches", "positions", "origins", "scores")  # a slot's bookkeeping
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# The safetensors dtypes a memory file's tensors may have: the cache's, fp32, int64, and a caller's extras.
+TENSOR_DTYPES = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "I32": torch.int32,
+    "I64": torch.int64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+}
+# The most a count or a number of the header may be: past it a JSON number is no longer exact, and
+# no stream gets near it (2**53 tokens, frames or milliseconds).
+MAX_COUNT = 2**53
 
 
 class MemoryFileError(ValueError):
@@ -77,6 +99,52 @@ def field(header: Mapping[str, Any], key: str, kind: type | tuple[type, ...] = i
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MemoryFileError(f"the memory file's header is damaged: {key!r} is missing or malformed")
     return value
+
+
+def bounded(header: Mapping[str, Any], key: str, low: float, high: float, kind: type = int) -> Any:
+    """`header[key]` if it is a whole number (`kind` int) or a finite number (`kind` float) from
+    `low` to `high`; MemoryFileError saying so otherwise (NaN, a negative count, 1e308 seconds)."""
+    value = field(header, key, (int, float) if kind is float else int)
+    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
+        raise MemoryFileError(f"the memory file's header is damaged: {key!r} is {value!r}, outside {low:,} to {high:,}")
+    return value
+
+
+def _fits(kind: str, value: Any, default: Any) -> bool:
+    """Whether `value` (JSON data) is of the kind a dataclass field annotated `kind` holds: a whole
+    number for an int, a finite number for a float (both from 0 to MAX_COUNT), a list of such for a
+    tuple (as long as the default), a list of (string, finite number) pairs, a bool, a string."""
+    if value is None:
+        return "None" in kind
+    if kind.startswith("int"):
+        return _finite(value) and isinstance(value, int) and 0 <= value <= MAX_COUNT
+    if kind.startswith("float"):
+        return _finite(value) and 0 <= value <= MAX_COUNT
+    if kind.startswith("tuple"):
+        return isinstance(value, list) and len(value) == len(default) and all(_fits("float", v, 0) for v in value)
+    if kind.startswith("list[tuple[str"):  # log-probabilities: negative
+        pairs = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value)
+        return pairs and all(isinstance(t, str) and _finite(v) and abs(v) <= MAX_COUNT for t, v in value)
+    return isinstance(value, bool) if kind == "bool" else isinstance(value, str)
+
+
+def _finite(value: Any) -> bool:
+    """Whether `value` is a number (not a bool) and finite."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and (isinstance(value, int) or math.isfinite(value))  # an int of any size is finite
+
+
+def check_fields(cls: type, values: Any, what: str) -> None:
+    """MemoryFileError naming `what` unless `values` is a JSON object of fields of the dataclass
+    `cls`, each of its field's kind (`_fits`): what the header says is what the code takes."""
+    kinds = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(kinds)) if isinstance(values, dict) else None
+    if unknown is None or unknown:
+        raise MemoryFileError(f"the memory file's header is damaged: its {what} are malformed")
+    for name, value in values.items():
+        f = kinds[name]
+        if not _fits(str(f.type), value, f.default):
+            raise MemoryFileError(f"the memory file's header is damaged: its {what} hold {name} = {value!r}")
 
 
 # -- the file ------------------------------------------------------------------------------------
@@ -124,8 +192,9 @@ def write_memory(path: str | os.PathLike[str], memory: MemoryFile) -> int:
     return len(data)
 
 
-def _header(data: bytes, name: str) -> dict[str, Any]:
-    """The JSON header of a memory file's bytes; MemoryFileError for a file that is not one, or is cut short."""
+def _header(data: bytes, name: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The JSON header of a memory file's bytes and the tensors it declares (`_declared`);
+    MemoryFileError for a file that is not one, or is cut short."""
     n = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
     if n < 2 or data[8:9] != b"{":
         raise MemoryFileError(f"{name} is not a HERMES memory file (it is not a safetensors file at all)")
@@ -135,36 +204,80 @@ def _header(data: bytes, name: str) -> dict[str, Any]:
         table = json.loads(data[8 : 8 + n])
         meta = table.get("__metadata__") or {}
         header = json.loads(meta[FORMAT]) if FORMAT in meta else None
-        end = max((v["data_offsets"][1] for k, v in table.items() if k != "__metadata__"), default=0)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # RecursionError: nested too deep
         raise MemoryFileError(f"{name} is not a HERMES memory file (its header cannot be read)") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise MemoryFileError(f"{name} is a safetensors file but not a HERMES memory (model weights?)")
+    declared, end = _declared(table, name)
     if 8 + n + end > len(data):
         raise MemoryFileError(f"{name} is truncated: {len(data):,} of its {8 + n + end:,} bytes are there")
     if header.get("version") != VERSION:
         raise MemoryFileError(
             f"{name} is a memory file of format version {header.get('version')!r}; this HERMES reads version {VERSION}"
         )
-    return header
+    return header, declared
 
 
-def read_memory(path: str | os.PathLike[str]) -> MemoryFile:
+def _declared(table: Mapping[str, Any], name: str) -> tuple[dict[str, torch.Tensor], int]:
+    """Each tensor a safetensors table declares, as an empty tensor of its dtype and shape on the
+    meta device (nothing allocated: the checks read shapes before any tensor is loaded), and where
+    the tensors' data ends; MemoryFileError for an entry whose dtype, shape and size do not add up."""
+    declared, end = {}, 0
+    for key, spec in table.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dtype = TENSOR_DTYPES[spec["dtype"]]
+            shape, (begin, stop) = list(spec["shape"]), spec["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            dtype, shape, begin, stop = None, [], 0, -1
+        # Whole, in int64, and as many bytes as the shape says: the data bounds the numbers.
+        whole = all(isinstance(d, int) and 0 <= d < 2**63 for d in [*shape, begin, stop])
+        if dtype is None or not whole or stop - begin != math.prod(shape) * dtype.itemsize:
+            raise MemoryFileError(f"{name} is damaged: its header's entry for tensor {key!r} is malformed")
+        declared[key] = torch.empty(shape, dtype=dtype, device="meta")
+        end = max(end, stop)
+    return declared, end
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation that failed: its message (bytes, error codes, a C++ file) says
+    nothing to a viewer, so the caller says it in a line of its own. Torch's CPU allocator raises a
+    plain RuntimeError; torch.OutOfMemoryError is one too."""
+    return isinstance(exc, MemoryError | torch.OutOfMemoryError) or "allocate" in str(exc)
+
+
+def read_memory(path: str | os.PathLike[str], check: Callable[[MemoryFile], None] | None = None) -> MemoryFile:
     """Read and check a memory file: MemoryFileError for one that cannot be read, is not a memory,
-    is truncated, or whose contents do not match their checksum."""
+    is truncated, whose cache does not add up (`check_cache`), or whose contents do not match their
+    checksum or hold bookkeeping out of range (`check_values`).
+
+    `check_cache` and then `check`, if given, see the file with its tensors declared only (on the
+    meta device), before any tensor is loaded: what they refuse costs no more than reading the file.
+    """
     name = os.fspath(path)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise MemoryFileError(f"cannot read the memory file {name}: {exc.strerror or exc}") from None
-    header = _header(data, name)
+    header, declared = _header(data, name)
+    planned = MemoryFile(header, declared)
+    check_cache(planned)
+    if check is not None:
+        check(planned)
     try:
         tensors = load_tensors(data)
-    except (SafetensorError, ValueError, RuntimeError) as exc:
+    except (SafetensorError, ValueError) as exc:
         raise MemoryFileError(f"{name} is damaged: {exc}") from None
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise MemoryFileError(f"{name} is damaged: {exc}") from None
+        raise MemoryFileError(f"there is not enough memory to read {name} ({len(data):,} bytes)") from None
     if header.get("sha256") != digest(tensors):
         raise MemoryFileError(f"{name} is damaged: its contents do not match their checksum")
-    return MemoryFile(header, tensors)
+    memory = MemoryFile(header, tensors)
+    check_values(memory)
+    return memory
 
 
 # -- the cache -----------------------------------------------------------------------------------
@@ -202,6 +315,7 @@ def pack_cache(cache: HermesCache) -> MemoryFile:
 
 def _config(header: Mapping[str, Any]) -> HermesConfig:
     values = dict(field(header, "config", dict))
+    check_fields(HermesConfig, values, "memory constants")  # HermesConfig checks ranges, not kinds (NaN passes)
     try:
         return HermesConfig(**{**values, "smoothing": tuple(values.get("smoothing", HermesConfig.smoothing))})
     except (TypeError, ValueError) as exc:
@@ -217,43 +331,46 @@ def _rope(memory: MemoryFile, header: Mapping[str, Any]) -> RopeSpec:
             None if section is None else tuple(int(s) for s in section),
             bool(spec.get("interleaved", False)),
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise MemoryFileError(f"the memory file's rotary frequencies cannot be used: {exc}") from None
 
 
 def _check_layer(memory: MemoryFile, i: int, spec: Mapping[str, Any], axes: int, dtype: torch.dtype) -> int:
     """Check kv layer `i`'s tensors against each other and the header; its committed length."""
     slots = memory.tensor(f"kv.{i}.stream_ids", dtype=torch.long).numel()
-    p = field(spec, "prefix_len")
+    p = bounded(spec, "prefix_len", 0, MAX_COUNT)
     keys = memory.tensor(f"kv.{i}.keys", dtype=dtype)
     if keys.dim() != 4 or keys.shape[0] != 1 or keys.shape[2] != p + slots:
         raise MemoryFileError(f"the memory file is damaged: layer {i} holds {tuple(keys.shape)} keys for {p + slots}")
     memory.tensor(f"kv.{i}.values", keys.shape, dtype)
-    if dtype in (torch.bfloat16, torch.float16):
+    if dtype in LOW_PRECISION:
         memory.tensor(f"kv.{i}.origin_keys", (*keys.shape[:2], slots, keys.shape[3]), dtype)
     for book in ("frames", "patches"):
         memory.tensor(f"kv.{i}.{book}", (slots,), torch.long)
     for book in ("positions", "origins"):
         memory.tensor(f"kv.{i}.{book}", (axes, slots), torch.long)
     memory.tensor(f"kv.{i}.scores", (slots,), torch.float32)
-    if field(spec, "allocated") < p + slots or field(spec, "summary_count") < 0:
+    bounded(spec, "summary_count", 0, MAX_COUNT)
+    if bounded(spec, "allocated", 0, MAX_COUNT) < p + slots:
         raise MemoryFileError(f"the memory file's header is damaged: layer {i}'s sizes do not add up")
     return p + slots
 
 
 def check_cache(memory: MemoryFile) -> tuple[dict[str, Any], HermesConfig, RopeSpec, torch.dtype]:
     """Check every part of a memory file's cache before anything is built from it: its header,
-    constants, rotary frequencies, and the shape and dtype of every tensor."""
+    constants, rotary frequencies, counts, and the shape and dtype of every tensor (a file whose
+    tensors are only declared, on the meta device, will do)."""
     header = field(memory.header, "cache", dict)
     config, rope = _config(header), _rope(memory, header)
     dtype = DTYPES.get(field(header, "dtype", str))
     if dtype is None:
         raise MemoryFileError(f"the memory file's dtype {header['dtype']!r} is not one of {', '.join(DTYPES)}")
     linear, layers, states = field(header, "linear", list), field(header, "layers", list), field(header, "states", list)
-    num_layers = field(header, "num_layers")
+    num_layers = bounded(header, "num_layers", 1, MAX_COUNT)
     if len(layers) + len(linear) != num_layers or len(states) != len(linear) or not layers:
         raise MemoryFileError("the memory file's header is damaged: its layers do not add up")
-    if not all(isinstance(i, int) and 0 <= i < num_layers for i in linear):
+    within = all(isinstance(i, int) and 0 <= i < num_layers for i in linear)
+    if not within or len(set(linear)) != len(linear):
         raise MemoryFileError("the memory file's header is damaged: its linear-attention layers are out of range")
     lengths = {_check_layer(memory, i, spec, rope.axes, dtype) for i, spec in enumerate(layers)}
     if len(lengths) != 1:
@@ -264,12 +381,102 @@ def check_cache(memory: MemoryFile) -> tuple[dict[str, Any], HermesConfig, RopeS
             raise MemoryFileError(f"the memory file's header is damaged: state layer {j} names {names}")
         for name in names:
             memory.tensor(f"state.{j}.{name}")
-    for key in ("tokens_seen", "compactions"):
-        field(header, key)
-    capacity = header.get("capacity")
-    if capacity is not None and (not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0):
-        raise MemoryFileError("the memory file's header is damaged: 'capacity' is malformed")
+    tokens = bounded(header, "tokens_seen", 0, MAX_COUNT)
+    bounded(header, "compactions", 0, MAX_COUNT)
+    if any(spec["summary_count"] > tokens for spec in layers):
+        raise MemoryFileError("the memory file's header is damaged: a summary folds more tokens than were seen")
+    if header.get("capacity") is not None:
+        bounded(header, "capacity", 0, MAX_COUNT)
     return header, config, rope, dtype
+
+
+def check_values(memory: MemoryFile) -> None:
+    """MemoryFileError when a loaded memory's bookkeeping lies outside what a memory holds: rotary
+    frequencies that are not finite, positions outside the memory's (0 to its `max_positions`),
+    frames, patches or stream ids before the first (-1: the summary slot's), stream ids past the
+    tokens seen. Tensor values, so this reads the loaded tensors."""
+    header, config, rope, _ = check_cache(memory)
+    if not bool(torch.isfinite(rope.inv_freq).all()):
+        raise MemoryFileError("the memory file's rotary frequencies are not finite numbers")
+    limit, tokens = config.max_positions, header["tokens_seen"]
+    for i in range(len(header["layers"])):
+        books = {book: memory.tensors[f"kv.{i}.{book}"] for book in BOOKS[:-1]}  # all but the scores
+        if books["stream_ids"].numel() == 0:
+            continue
+        places = torch.cat([books["positions"], books["origins"]], dim=1)
+        marks = torch.cat([books["stream_ids"], books["frames"], books["patches"]])
+        wrong = int(places.min()) < 0 or (limit is not None and int(places.max()) >= limit)
+        if wrong or int(marks.min()) < -1 or int(books["stream_ids"].max()) >= tokens:
+            raise MemoryFileError(
+                f"the memory file's bookkeeping is damaged: layer {i} holds positions, frames or stream ids "
+                "out of range"
+            )
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """The shape of a model's memory: its decoder layers and which of them are linear attention,
+    the key-value heads and channels of its attention layers, and the states of each linear one
+    (by name: shape and dtype)."""
+
+    num_layers: int
+    linear: tuple[int, ...]
+    kv_heads: int
+    head_dim: int
+    states: Mapping[str, tuple[tuple[int, ...], torch.dtype]]
+
+
+def check_layout(memory: MemoryFile, shape: CacheShape) -> None:
+    """MemoryFileError when a memory file's cache is not shaped as a model of `shape` keeps its
+    memory: other layers or layer kinds, other heads or channels per head (its keys and values,
+    ReKV's host store), other states. The declared tensors will do; nothing is allocated."""
+    header = check_cache(memory)[0]
+    layers, linear = header["num_layers"], sorted(header["linear"])
+    if (layers, linear) != (shape.num_layers, sorted(shape.linear)):
+        raise MemoryFileError(
+            f"this memory has {layers} decoder layers, linear attention at {linear or 'none'}; the model "
+            f"{shape.num_layers}, at {sorted(shape.linear) or 'none'}: it belongs to another model"
+        )
+    heads = [memory.tensors[f"kv.{i}.keys"].shape for i in range(len(header["layers"]))]
+    store = memory.header.get(STORE)
+    if isinstance(store, dict):
+        heads += [t.shape for n, t in memory.tensors.items() if n.startswith(("store.keys.", "store.values."))]
+    for dims in heads:
+        if len(dims) != 4 or (dims[1], dims[3]) != (shape.kv_heads, shape.head_dim):
+            raise MemoryFileError(
+                f"this memory keeps keys and values shaped {tuple(dims)}, the model {shape.kv_heads} heads of "
+                f"{shape.head_dim} channels: it belongs to another model"
+            )
+    for j, spec in enumerate(header["states"]):
+        if set(spec["names"]) != set(shape.states):
+            raise MemoryFileError(f"this memory's linear-attention layer {j} holds other states than the model's")
+        for name, (dims, dtype) in shape.states.items():
+            memory.tensor(f"state.{j}.{name}", dims, dtype)
+
+
+def check_allocated(memory: MemoryFile, tokens: int) -> None:
+    """MemoryFileError when a layer of the file's cache asks for storage of more than `tokens`
+    tokens (the most its policy and budget need): checked on the header, before any is allocated."""
+    for i, spec in enumerate(field(memory.header, "cache", dict)["layers"]):
+        if spec["allocated"] > tokens:
+            raise MemoryFileError(
+                f"the memory file's header is damaged: layer {i} asks for room for {spec['allocated']:,} tokens, and "
+                f"a memory of its policy and budget needs {tokens:,} at most"
+            )
+
+
+def storage_bytes(memory: MemoryFile) -> int:
+    """Bytes a memory file's cache takes once loaded, from its header and declared shapes: every
+    key-value layer's buffers as large as the saved ones (keys, values and, in 16 bits, origin
+    keys), and the linear-attention states (once, as admission control counts a stream's)."""
+    header = field(memory.header, "cache", dict)
+    total = 0
+    for i, spec in enumerate(header["layers"]):
+        keys = memory.tensors[f"kv.{i}.keys"]
+        buffers = 3 if f"kv.{i}.origin_keys" in memory.tensors else 2
+        total += kv_bytes(spec["allocated"], keys.shape[1], keys.shape[3], keys.element_size(), buffers)
+    states = (t for n, t in memory.tensors.items() if n.startswith("state."))
+    return total + sum(t.numel() * t.element_size() for t in states)
 
 
 def _fill_layer(layer: HermesLayer, memory: MemoryFile, i: int, spec: Mapping[str, Any], device: torch.device) -> None:
@@ -317,11 +524,18 @@ def unpack_cache(
         raise MemoryFileError(f"the memory has {num_layers} decoder layers, the model {len(devices)}")
     cache = HermesCache(num_layers, rope, config, header.get("capacity"), linear=header["linear"])
     kv_devices = [torch.device(devices[i]) for i in cache.kv_layer_indices]
-    state_devices = [torch.device(devices[i]) for i in header["linear"]]
-    for i, (layer, spec) in enumerate(zip(cache.kv_layers, header["layers"], strict=True)):
-        _fill_layer(layer, memory, i, spec, kv_devices[i])
-    for j, (state, spec) in enumerate(zip(cache.state_layers, header["states"], strict=True)):
-        _fill_state(state, memory, j, spec, state_devices[j])
+    state_devices = [torch.device(devices[i]) for i in sorted(header["linear"])]
+    try:
+        for i, (layer, spec) in enumerate(zip(cache.kv_layers, header["layers"], strict=True)):
+            _fill_layer(layer, memory, i, spec, kv_devices[i])
+        for j, (state, spec) in enumerate(zip(cache.state_layers, header["states"], strict=True)):
+            _fill_state(state, memory, j, spec, state_devices[j])
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        raise MemoryFileError(
+            f"there is not enough memory to load this memory: its cache takes {storage_bytes(memory) / 2**20:,.1f} MiB"
+        ) from None
     cache.tokens_seen, cache.compactions = header["tokens_seen"], header["compactions"]
     return cache
 
@@ -391,10 +605,16 @@ def pack_store(store: HostStore) -> MemoryFile:
 def unpack_store(memory: MemoryFile, rope: RopeSpec) -> HostStore:
     """A new host store holding the file's; MemoryFileError when its parts do not fit together."""
     header = field(memory.header, STORE, dict)
-    chunks, layers = field(header, "chunks", list), field(header, "layers")
+    chunks, layers = field(header, "chunks", list), bounded(header, "layers", 0, MAX_COUNT)
     blocks = {k: memory.tensor(f"store.block_{k}", dtype=torch.long) for k in ("chunk", "start", "length", "frame")}
     n = blocks["chunk"].numel()
-    if any(b.shape != (n,) for b in blocks.values()) or (n and int(blocks["chunk"].max()) >= len(chunks)):
+    valid = all(isinstance(c, int) and 0 <= c <= MAX_COUNT for c in chunks)
+    valid = valid and all(b.shape == (n,) for b in blocks.values())
+    if valid and n:  # each block within its chunk's tokens
+        ends = blocks["start"] + blocks["length"]
+        valid = int(torch.stack(list(blocks.values())).min()) >= 0 and int(blocks["chunk"].max()) < len(chunks)
+        valid = valid and bool((ends <= torch.tensor(chunks)[blocks["chunk"].clamp(max=len(chunks) - 1)]).all())
+    if not valid:
         raise MemoryFileError("the memory file is damaged: the host store's frame blocks do not add up")
     per_chunk = torch.bincount(blocks["chunk"], minlength=len(chunks)).tolist()
     store = HostStore(rope)
@@ -414,5 +634,5 @@ def unpack_store(memory: MemoryFile, rope: RopeSpec) -> HostStore:
         store._index = [list(i.split(per_chunk)) for i in index]
     store.block_chunk, store.block_start = blocks["chunk"], blocks["start"]
     store.block_length, store.block_frame = blocks["length"], blocks["frame"]
-    store.next_position = field(header, "next_position")
+    store.next_position = bounded(header, "next_position", 0, MAX_COUNT)
     return store

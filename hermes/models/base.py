@@ -145,6 +145,11 @@ class VideoLM(ABC):
         return 0
 
     @property
+    def state_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Each state a linear-attention layer of a memory holds, by name: its shape and dtype (none here)."""
+        return {}
+
+    @property
     def max_positions(self) -> int:
         return int(self.text_config.max_position_embeddings)
 

@@ -3,6 +3,7 @@ processing and interleaved M-RoPE, with a partial rotary)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -87,15 +88,22 @@ class Qwen35(Qwen3VL):
         return [i for i, kind in enumerate(self.text_config.layer_types) if kind == LINEAR_ATTENTION]
 
     @property
-    def state_bytes(self) -> int:
-        """Bytes of the linear-attention states a memory commits: per layer, the convolution's last
-        kernel-size inputs (in the model's dtype) and the recurrent state (fp32, as the model keeps it)."""
+    def state_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """A linear-attention layer's states: the convolution's last kernel-size inputs (queries, keys
+        and values side by side, in the model's dtype) and the recurrent state (fp32, as the model keeps it)."""
         c = self.text_config
         key_dim = c.linear_num_key_heads * c.linear_key_head_dim
         value_dim = c.linear_num_value_heads * c.linear_value_head_dim
-        conv = (2 * key_dim + value_dim) * c.linear_conv_kernel_dim * self.dtype.itemsize
-        recurrent = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4
-        return len(self.linear_layers) * (conv + recurrent)
+        return {
+            "conv": ((1, 2 * key_dim + value_dim, c.linear_conv_kernel_dim), self.dtype),
+            "recurrent": ((1, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim), torch.float32),
+        }
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the linear-attention states a memory commits (`state_shapes`, in every linear layer)."""
+        per_layer = sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.state_shapes.values())
+        return len(self.linear_layers) * per_layer
 
     def attention_modules(self) -> list[torch.nn.Module]:
         return [layer.self_attn for layer in self.language_model.layers if hasattr(layer, "self_attn")]

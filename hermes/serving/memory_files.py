@@ -1,10 +1,13 @@
 """One live stream's memory files: a download of its memory, a file loaded into it, its checkpoints.
 
 Saving and loading run on the model thread (hermes.serving.worker), as jobs of the stream, and the
-caller waits for them: a memory is only ever touched there. Loading checks the whole file first,
-on the caller's thread (is it a memory, whole, undamaged), then builds a new session from it on the
-model thread (is it this model's, in this dtype); only then does the stream start over holding it,
-so a refused file leaves the running stream as it was (docs/design.md, "The memory file").
+caller waits for them: a memory is only ever touched there. Loading checks the file first, on the
+caller's thread and before any of it is loaded: is it a memory, whole, undamaged, its state in
+range, its settings within the bounds this server holds a viewer's to (`SETTING_BOUNDS`), its
+storage no more than its policy and budget need; admission control then reserves the bytes its
+cache takes, as a stream's; only then is the new session built, on the model thread (is it this
+model's, in this dtype, of its shape), and the stream starts over holding it. A refused file leaves
+the running stream as it was (docs/design.md, "The memory file").
 """
 
 from __future__ import annotations
@@ -13,20 +16,29 @@ import dataclasses
 import os
 import re
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from hermes.engine.persist import MemoryFileError, file_summary, load_session, read_session, resume_time
+from hermes.engine.answering import MAX_NEW_TOKENS
+from hermes.engine.persist import (
+    MemoryFileError,
+    check_storage,
+    file_summary,
+    load_session,
+    read_session,
+    resume_time,
+)
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.memory.persist import MemoryFile
 from hermes.models.base import VideoLM
-from hermes.serving.admission import host_memory_cap
+from hermes.serving.admission import block_tokens_bound, host_memory_cap
 from hermes.serving.checkpoints import SUFFIX, Checkpointer
 from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.jobs import JobCancelled, Priority
 from hermes.serving.memories import StreamMemories
-from hermes.serving.settings import StreamSettings
+from hermes.serving.settings import StreamSettings, setting_bounds
 from hermes.serving.state import Lifecycle
 from hermes.serving.view import LiveView
 from hermes.serving.worker import ModelWorker
@@ -37,35 +49,45 @@ WAIT_S = 300.0  # a save or load waits at most this long for the model thread (b
 
 
 class Adopting(Protocol):
-    """What the memory files need of their stream."""
+    """What the memory files need of their stream (a `LiveStream`)."""
 
     lm: VideoLM
     key: str
     worker: ModelWorker
     life: Lifecycle
     settings: StreamSettings
+    defaults: StreamSettings
     feed: Feed
+    # Admission control for a start (`admit(stream, settings, held_bytes)`: Busy to refuse).
+    _admit: Callable[..., AbstractContextManager[None]]
 
-    def adopt(self, session: StreamingSession, settings: StreamSettings) -> None:
-        """Start over holding `session`, made for `settings` (Busy when admission refuses)."""
+    def _reset(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
+        """Start over with `settings`, holding `loaded` if given; the new generation."""
 
     def view(self) -> LiveView: ...
 
 
-def settings_of(memory: MemoryFile, current: StreamSettings) -> StreamSettings:
+def settings_of(memory: MemoryFile, current: StreamSettings, defaults: StreamSettings | None = None) -> StreamSettings:
     """`current` settings with the memory file's policy, memory constants and alert threshold (one
-    policy: a file holds one memory); MemoryFileError when this app cannot run them."""
+    policy: a file holds one memory); MemoryFileError when this app cannot run them, or they lie
+    outside the bounds it holds a viewer's settings to on a server whose streams start with
+    `defaults` (default `current`: `setting_bounds`)."""
     config, state = memory.header["cache"]["config"], memory.header["session"]
+    chosen = {"budget": config["budget"], "chunk_frames": config["chunk_frames"], "fps": config["fps"]}
+    chosen["watch_threshold"] = state["standing"]["threshold"]
     try:
+        bounds = setting_bounds(defaults or current)
+        for name, value in chosen.items():
+            bounds[name].check(name, value)
+        answer_tokens = state["standing"]["answer_tokens"]
+        if answer_tokens > MAX_NEW_TOKENS:  # an alert's answer, on the model thread all viewers share
+            raise ValueError(f"its alerts answer in {answer_tokens:,} tokens, more than this server's {MAX_NEW_TOKENS}")
         return dataclasses.replace(
             current,
+            **chosen,
             policy=state["policy"]["name"],
-            budget=config["budget"],
-            chunk_frames=config["chunk_frames"],
-            fps=config["fps"],
             reindex=config["reindex"],
             max_positions=config.get("max_positions"),
-            watch_threshold=state["standing"]["threshold"],
             guidance_history=config.get("history_tokens", HermesConfig.history_tokens) > 0,
             compare=False,
         )
@@ -82,7 +104,8 @@ class MemoryFiles:
         self._memories = memories  # touched in jobs on the model thread only
         self._hooks = hooks  # what a source of generation n of the stream reports to
         self.checkpointer: Checkpointer | None = None
-        self._loaded: tuple[int, float, int] | None = None  # generation, resume time and frames of a loaded memory
+        # Generation, resume time, frames and cache bytes of a memory loaded from a file.
+        self._loaded: tuple[int, float, int, int] | None = None
 
     def save(self, path: str | os.PathLike[str], wait_s: float = WAIT_S) -> int:
         """Write the stream's memory to `path` (atomically); the bytes written. QuestionError when
@@ -104,15 +127,24 @@ class MemoryFiles:
 
     def load(self, path: str | os.PathLike[str], wait_s: float = WAIT_S) -> str:
         """Start over holding the memory saved at `path`, with its policy and settings; one line
-        about it. MemoryFileError (a file that is damaged, truncated, not a memory, or another
-        model's or dtype's) or Busy (no room for it), and the stream is left as it was."""
+        about it. MemoryFileError (a file that is damaged, truncated, not a memory, another model's
+        or dtype's, or out of this server's bounds) or Busy (no room for its bytes), and the stream
+        is left as it was."""
+        stream = self.stream
         memory = read_session(path)
-        settings = settings_of(memory, self.stream.settings)
+        settings = settings_of(memory, stream.settings, stream.defaults)
+        block = block_tokens_bound(stream.lm)  # the largest frames this server's decoders hand over
+        held = check_storage(memory, stream.lm, block)
         host_cap = host_memory_cap(settings.host_cap_mb)
-        session = self._on_model_thread(lambda: load_session(self.stream.lm, path, host_cap_bytes=host_cap), wait_s)
-        self.stream.adopt(session, settings)
+
+        def load() -> StreamingSession:
+            return load_session(stream.lm, path, host_cap_bytes=host_cap, block_tokens=block)
+
+        with stream._admit(stream, settings, held):  # the loaded cache's bytes count like a stream's
+            session = self._on_model_thread(load, wait_s)
+            stream._reset(settings, session)
         self._on_model_thread(lambda: None, wait_s)  # queued behind the stream's rebuild: it holds the memory now
-        self._loaded = (self.stream.life.generation, resume_time(session), session.frames_seen)
+        self._loaded = (stream.life.generation, resume_time(session), session.frames_seen, held)
         return file_summary(memory)
 
     @property
@@ -129,9 +161,9 @@ class MemoryFiles:
         file that cannot be read, Busy when admission refuses."""
         if self.resumable is None:
             raise RuntimeError("no memory loaded from a file to go on from: start the video afresh")
-        gen, start, first = self._loaded
+        gen, start, first, held = self._loaded
         stream, settings = self.stream, self.stream.settings
-        with stream._admit(stream, settings):  # a running stream counts against the server's limit
+        with stream._admit(stream, settings, held):  # a running stream counts against the server's limit
             info = check_start(path, settings.fps)
             stream.feed.set_speed(speed)
             source = stream.feed.file(Path(path), settings, self._hooks(gen), f"read-{stream.key}", start, first)

@@ -8,9 +8,10 @@ refused start costs nothing:
 - streams: at most `max_streams` streams have a running source, or a start being prepared, at once
   (they share one model thread, so each more slows all of them down);
 - starts: at most `max_preparing` starts are being prepared (their first frames decoded) at once;
-- memory: the caches that streams hold (reserved exactly, from `cache_bytes_for`) plus the new
-  stream's must fit in `memory_cap_bytes`. A stream keeps its reservation while it holds a
-  memory (finished streams can still be asked), and gives it back on Reset or when its tab closes.
+- memory: the caches that streams hold (reserved exactly, from `cache_bytes_for`; a memory loaded
+  from a file, its cache's bytes if more) plus the new stream's must fit in `memory_cap_bytes`. A
+  stream keeps its reservation while it holds a memory (finished streams can still be asked), and
+  gives it back on Reset or when its tab closes.
 
 Leases: every stream belongs to a viewer who can be lost. Each request of the viewer's session
 (the page's timer ticks every second; an API client polls `/metrics` or calls `/keepalive`)
@@ -144,17 +145,21 @@ class StreamRegistry:
             return sum(s.reserved_bytes for s in self._streams.values())
 
     @contextmanager
-    def admitting(self, stream: LiveStream, settings: StreamSettings) -> Iterator[None]:
-        """Take a slot for `stream`'s start and reserve its cache memory for `settings`, or raise Busy
-        saying why not, before anything is decoded. Inside the block the start is prepared (its
-        slot counts as taken); if the block raises, the stream gets its earlier reservation back."""
-        needed = cache_bytes_for(self.lm, settings)
+    def admitting(self, stream: LiveStream, settings: StreamSettings, held_bytes: int = 0) -> Iterator[None]:
+        """Take a slot for `stream`'s start and reserve its cache memory for `settings` (at least
+        `held_bytes`: a memory loaded from a file, whose cache is as large as it was saved), or raise
+        Busy saying why not, before anything is decoded or loaded. Inside the block the start is
+        prepared (its slot counts as taken); if the block raises, the stream gets its earlier
+        reservation back."""
+        needed = max(cache_bytes_for(self.lm, settings), held_bytes)
         host_needed = host_bytes_for(settings)
+        cap = f"more than this server gives one stream ({self.memory_cap_bytes / MB:,.1f} MB in all)"
+        if needed > self.memory_cap_bytes and held_bytes >= needed:
+            raise Busy(f"This memory takes {needed / MB:,.1f} MB of cache once loaded, {cap}.")
         if needed > self.memory_cap_bytes:
             raise Busy(
-                f"These settings need {needed / MB:,.1f} MB of cache, more than this server gives one stream "
-                f"({self.memory_cap_bytes / MB:,.1f} MB in all): lower the budget |M|, turn off Compare, or use "
-                "hermes or fifo instead of full."
+                f"These settings need {needed / MB:,.1f} MB of cache, {cap}: lower the budget |M|, turn off "
+                "Compare, or use hermes or fifo instead of full."
             )
         # Under the lock, so that two streams starting at once cannot both take the last slot or memory.
         with self._lock:

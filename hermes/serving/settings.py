@@ -1,4 +1,5 @@
-"""What a live stream's memories are built with, and the one place they become a HermesConfig."""
+"""What a live stream's memories are built with, the one place they become a HermesConfig, and
+the bounds the app holds them to where they come from outside (`SETTING_BOUNDS`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,39 @@ COMPARE_POLICIES = (HERMES, "fifo")  # the default pair
 MAX_COMPARED = 3  # policies side by side: each holds its own cache
 # Pace of a file stream: times real time; None reads as fast as the model takes the chunks.
 SPEEDS: dict[str, float | None] = {"1x": 1.0, "2x": 2.0, "4x": 4.0, "max": None}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range of a setting that comes from outside the server: a viewer's Settings (the sliders,
+    and the API calls that set them) or a memory file loaded into a stream."""
+
+    low: float
+    high: float
+
+    def check(self, name: str, value: object) -> None:
+        """ValueError naming the setting and its range, unless `value` is a number within it (NaN is not)."""
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not self.low <= value <= self.high:
+            raise ValueError(f"{name} takes a number from {self.low:g} to {self.high:g}; got {value!r}")
+
+
+# The one table of these bounds: the Settings sliders (ui/panels.py) and the memory files loaded
+# into a stream (hermes.serving.memory_files) read it, by `StreamSettings` field.
+SETTING_BOUNDS: dict[str, Bound] = {
+    "budget": Bound(128, 10240),
+    "chunk_frames": Bound(1, 32),
+    "fps": Bound(0.25, 4),
+    "watch_threshold": Bound(0.05, 0.95),
+}
+
+
+def setting_bounds(defaults: StreamSettings) -> dict[str, Bound]:
+    """`SETTING_BOUNDS` on a server whose streams start with `defaults`: the budget goes down to
+    the default's where that is lower (the toy model's streams are 136 video tokens: its budget of
+    34 sits far below a real model's)."""
+    budget = SETTING_BOUNDS["budget"]
+    return SETTING_BOUNDS | {"budget": Bound(min(budget.low, defaults.budget), budget.high)}
 
 
 @dataclass(frozen=True)
