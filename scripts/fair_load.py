@@ -2,7 +2,7 @@
 
 Serves the app (`python app.py`, a tiny random-weight model by default) in a process of its own on
 127.0.0.1, reads that process's memory, and drives it with `gradio_client`, as viewers and scripts
-do. Three measurements, each printed with its target and met/missed:
+do. Four measurements, each printed with its target and met/missed:
 
 1. memory returned: rounds of N clients that each stream a clip, ask, and close. The process's RSS
    after the first round is the warmed-up level; after each later round, once every stream is
@@ -13,8 +13,13 @@ do. Three measurements, each printed with its target and met/missed:
    the flood must stay within TTFT_FACTOR of alone, and its chunks must keep going in.
 3. cheap refusals: with every slot taken, 10 parallel starts of a one-frame 8000 x 8000 file are all
    refused, and the process's memory grows by less than REFUSAL_MB.
+4. flood: a viewer asks alone, then while one other client asks from FLOOD_THREADS threads at once,
+   each asking again as soon as it is answered or refused (past its 2 questions in flight, every
+   one is refused). The refusals must be cheap: the viewer's time to first token beside the flood
+   must stay within FLOOD_FACTOR of alone, the median and the worst of its questions.
 
-    python scripts/fair_load.py                   # tiny model, 4 rounds of 4 clients
+    python scripts/fair_load.py                   # tiny model, 4 rounds of 4 clients, every case
+    python scripts/fair_load.py --cases flood     # one case (memory, turns, refusals, flood)
     python scripts/fair_load.py --model tiny-24 --rounds 4 --clients 4 --json out.json
 """
 
@@ -35,7 +40,7 @@ from pathlib import Path
 
 import psutil
 from gradio_client import Client, handle_file
-from gradio_client.exceptions import AppError
+from gradio_client.exceptions import AppError, ValidationError
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,6 +52,9 @@ MB = 2**20
 MARGIN_MB = 150.0  # RSS after a round with every client gone, above the warmed-up level
 TTFT_FACTOR = 3.0  # a viewer's time to the first token beside a flood of questions, against alone
 REFUSAL_MB = 100.0  # memory growth for 10 refused starts of a huge-frame file
+FLOOD_THREADS = 8  # one client asking from this many threads at once
+FLOOD_FACTOR = 1.5  # a viewer's time to the first token beside that flood, against alone
+CASES = ("memory", "turns", "refusals", "flood")
 SETTLE_S = 5.0  # after the last client closed: its heartbeat's end closes its stream
 # The server, with the C heap trimming turned off (for --no-trim).
 NO_TRIM = "import hermes.engine.metrics as m; m.trim_host_memory = lambda: False; "
@@ -189,6 +197,51 @@ def fair_turns(url: str, long_clip: Path, asks: int) -> dict:
     }
 
 
+def flood_from_threads(url: str, long_clip: Path, asks: int) -> dict:
+    """A viewer's time to first token alone and while one other client asks from FLOOD_THREADS
+    threads, each asking again as soon as it is answered or refused."""
+    viewer, flood = Client(url, verbose=False), Client(url, verbose=False)
+    counts = {"answered": 0, "refused": 0}
+    stop = threading.Event()
+
+    def asking() -> None:
+        while not stop.is_set():
+            try:
+                flood.predict("Describe everything in detail.", api_name="/ask")
+                counts["answered"] += 1
+            except (ValidationError, AppError):  # past its questions in flight
+                counts["refused"] += 1
+
+    try:
+        start(flood, long_clip, "max")
+        wait(lambda: flood.predict(api_name="/metrics")["chunks"] >= 2, 120)
+        flood.predict(api_name="/stop")
+        start(viewer, long_clip, "1x")
+        wait(lambda: viewer.predict(api_name="/metrics")["chunks"] >= 1, 120)
+        first_token_ms(viewer)  # warm-up
+        alone = [first_token_ms(viewer) for _ in range(asks)]
+        threads = [threading.Thread(target=asking, daemon=True) for _ in range(FLOOD_THREADS)]
+        for thread in threads:
+            thread.start()
+        time.sleep(2.0)  # the flood is under way
+        beside = [first_token_ms(viewer) for _ in range(asks)]
+        stop.set()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        viewer.close()
+        flood.close()
+    base = statistics.median(alone)
+    return {
+        "alone_ms": base,
+        "beside_flood_ms": statistics.median(beside),
+        "factor": statistics.median(beside) / base,
+        "worst_factor": max(beside) / base,
+        "flood_answered": counts["answered"],
+        "flood_refused": counts["refused"],
+    }
+
+
 def cheap_refusals(url: str, server: subprocess.Popen, clients: int, long_clip: Path, huge: Path) -> dict:
     """With every slot taken, 10 parallel starts of a huge-frame file: replies and memory growth."""
     settled(server)  # the earlier clients' streams are closed
@@ -224,6 +277,39 @@ def report(name: str, value: float, target: float, unit: str, higher_is_worse: b
     return f"{name}: {value:,.2f} {unit} (target {bound}) {'met' if met else 'missed'}"
 
 
+def run_cases(args: argparse.Namespace, url: str, server: subprocess.Popen, clips: dict[str, Path]) -> dict:
+    """The chosen cases against the served app, each printed as it ends."""
+    cases = {
+        "memory": lambda: memory_rounds(url, server, clips["clip"], args.rounds, args.clients),
+        "turns": lambda: fair_turns(url, clips["long"], args.asks),
+        "flood": lambda: flood_from_threads(url, clips["long"], args.asks),
+        "refusals": lambda: cheap_refusals(url, server, args.clients, clips["long"], clips["huge"]),
+    }
+    results = {}
+    for name in (c for c in CASES if c in args.cases):
+        results[name] = cases[name]()
+        print(json.dumps({name: results[name]}), flush=True)
+    return results
+
+
+def print_reports(results: dict) -> None:
+    """Each measurement of the cases that ran, against its target."""
+    if memory := results.get("memory"):
+        worst = memory["worst_above_warm_mb"]
+        print(report("RSS above the warmed-up level after the worst round", worst, MARGIN_MB, "MB"))
+    if turns := results.get("turns"):
+        print(report("time to first token beside a flood / alone", turns["factor"], TTFT_FACTOR, "x"))
+        chunks = turns["viewer_chunks_during_flood"]
+        print(report("the viewer's chunks taken in during the flood", chunks, 1, "", False))
+    if flood := results.get("flood"):
+        threads = f"one client asking from {FLOOD_THREADS} threads"
+        print(report(f"time to first token beside {threads} / alone, median", flood["factor"], FLOOD_FACTOR, "x"))
+        print(report(f"time to first token beside {threads} / alone, worst", flood["worst_factor"], FLOOD_FACTOR, "x"))
+    if refusals := results.get("refusals"):
+        print(report("huge-frame starts refused as Busy, of 10", refusals["refused_busy"], 10, "", False))
+        print(report("memory grown by 10 refused starts", refusals["grown_mb"], REFUSAL_MB, "MB"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny")
@@ -231,30 +317,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--asks", type=int, default=5)
+    p.add_argument("--cases", type=lambda v: v.split(","), default=list(CASES), help=f"of {', '.join(CASES)}")
     p.add_argument("--no-trim", action="store_true", help="a server that keeps the C heap's free pages (to compare)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    if unknown := set(args.cases) - set(CASES):
+        p.error(f"unknown cases: {', '.join(sorted(unknown))} (choose from {', '.join(CASES)})")
     root = Path(tempfile.mkdtemp(prefix="fair-load-"))
-    clip = make_clip(root / "clip.mp4", 12.0, fps=4, size=(320, 240))
-    long_clip = make_clip(root / "long.mp4", 600.0, fps=1, size=(64, 64))
-    huge = make_clip(root / "huge.mp4", 0.04, fps=25, size=(8000, 8000))
+    clips = {
+        "clip": make_clip(root / "clip.mp4", 12.0, fps=4, size=(320, 240)),
+        "long": make_clip(root / "long.mp4", 600.0, fps=1, size=(64, 64)),
+        "huge": make_clip(root / "huge.mp4", 0.04, fps=25, size=(8000, 8000)),
+    }
     url, server = serve(args.model, args.dtype, args.clients, trim=not args.no_trim)
     try:
-        memory = memory_rounds(url, server, clip, args.rounds, args.clients)
-        print(json.dumps({"memory": memory}), flush=True)
-        turns = fair_turns(url, long_clip, args.asks)
-        print(json.dumps({"turns": turns}), flush=True)
-        refusals = cheap_refusals(url, server, args.clients, long_clip, huge)
+        results = run_cases(args, url, server, clips)
     finally:
         server.terminate()
         server.wait(30)
-    results = {"model": args.model, "trim": not args.no_trim, "memory": memory, "turns": turns, "refusals": refusals}
+    results = {"model": args.model, "trim": not args.no_trim, **results}
     print(json.dumps(results, indent=2))
-    print(report("RSS above the warmed-up level after the worst round", memory["worst_above_warm_mb"], MARGIN_MB, "MB"))
-    print(report("time to first token beside a flood / alone", turns["factor"], TTFT_FACTOR, "x"))
-    print(report("the viewer's chunks taken in during the flood", turns["viewer_chunks_during_flood"], 1, "", False))
-    print(report("huge-frame starts refused as Busy, of 10", refusals["refused_busy"], 10, "", False))
-    print(report("memory grown by 10 refused starts", refusals["grown_mb"], REFUSAL_MB, "MB"))
+    print_reports(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

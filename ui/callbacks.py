@@ -7,18 +7,21 @@ never run the model and return quickly; the timer tick redraws only what changed
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import anyio
 import gradio as gr
 
 from hermes.serving import (
     Alert,
     AnswerEvent,
+    AnswerTicket,
     Busy,
     LiveStream,
     LiveView,
@@ -28,6 +31,7 @@ from hermes.serving import (
     StreamSettings,
     StreamState,
     StreamStatus,
+    TooManyQuestions,
     UrlPolicy,
     VideoError,
     Viewers,
@@ -40,6 +44,11 @@ from ui import figures
 from ui.stills import still
 
 FRAME_LABEL = "What the model just consumed"
+# Questions admitted before their answer's event ran, kept per stream: no more can wait than
+# Gradio's queue holds (ui/layout.py, QUEUE_MAX_SIZE), so older ones belong to events that never ran.
+ADMITTED_KEPT = 64
+# How long a question refused for its viewer's questions in flight waits for its answer (see AskAdmission).
+REFUSAL_DELAY_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +92,20 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() or c == "\n" else "·" for c in text)
 
 
+def inert(text: str) -> str:
+    """Text the chat renders as Markdown (an answer, a question) made unable to load anything: no
+    HTML tag (each `<` is shown as it is) and no Markdown image (each `![` is shown as it is). The
+    page renders an answer's Markdown, and a prompt injection in a video's text could make a real
+    model write an image of any URL, which the viewer's browser would then fetch. Links stay
+    links: nothing is fetched until one is clicked."""
+    return text.replace("<", "&lt;").replace("![", "!\\[")
+
+
 def answer_message(event: AnswerEvent, compare: bool) -> dict:
     """The chat message of one policy's answer so far; the finished one carries its timings."""
     label = f"**{event.policy.label}** · " if compare else ""
     update = event.update
-    text = printable(update.text) or "…"
+    text = inert(printable(update.text)) or "…"
     if event.interrupted:
         text += "\n\n*(interrupted: the stream was reset)*"
     elif event.done:
@@ -108,7 +126,7 @@ def alert_message(alert: Alert, compare: bool) -> dict:
     check, answer = alert.check, alert.answer
     text = (
         f"🔔 **Alert**{label} · {check.at_s:.0f} s (frame {answer.frames_seen - 1}) · p(yes) {check.p_yes:.2f}\n\n"
-        f"*{check.question}* {printable(answer.text) or '…'}"
+        f"*{inert(check.question)}* {inert(printable(answer.text)) or '…'}"
     )
     frame = gr.Image(value=still(alert.frame), show_label=False, height=160, buttons=[])
     return {"role": "assistant", "content": [text, frame]}
@@ -208,6 +226,63 @@ def status_text(stream: LiveStream) -> str:
     return text
 
 
+class AskAdmission:
+    """The ask events' validator, which Gradio runs as a question arrives, before the question waits
+    in its queue for one of the answer slots (ASK_CONCURRENCY in ui/layout.py): a question past its
+    viewer's in-flight limit is refused there and takes no slot, so that one viewer's flood cannot
+    hold the slots every viewer's answers stream through. A question within the limit is queued for
+    the model there, the limit checked and the question counted in one step (questions sent at once
+    cannot all pass a check that counts none of them), and `take` hands its ticket to the handler."""
+
+    def __init__(self, stream_of: Callable[[gr.Request], LiveStream]) -> None:
+        self._stream_of = stream_of
+        self._admitted: weakref.WeakKeyDictionary[LiveStream, list[tuple[str, AnswerTicket]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    async def validate(self, question: str, request: gr.Request) -> dict:
+        """Refuse a question past its viewer's in-flight limit (the page shows why under the question
+        box, gradio_client raises ValidationError, REST answers 422), or queue it for the model. Other
+        refusals are left to the handler, which shows them in the chat; so is a bare REST call, whose
+        session Gradio makes after this runs. A refusal answers after REFUSAL_DELAY_S, waited on the
+        event loop: a client that asks again at once is slowed to one refusal a second per request
+        in flight, at no cost to anyone (no thread, no slot), instead of taking the server's time."""
+        if request.session_hash is None:
+            return gr.validate(True, "")
+        refusal = await anyio.to_thread.run_sync(self._admit, question, request)
+        if refusal is None:
+            return gr.validate(True, "")
+        await asyncio.sleep(REFUSAL_DELAY_S)
+        return gr.validate(False, refusal)
+
+    def _admit(self, question: str, request: gr.Request) -> str | None:
+        """Queue `question` for its viewer's stream and keep its ticket; why not, past the limit."""
+        stream = self._stream_of(request)
+        try:
+            ticket = stream.ask(question)
+        except TooManyQuestions as exc:
+            log.info("refused a question: %s", exc)
+            return str(exc)
+        except QuestionError:
+            return None
+        with self._lock:
+            admitted = self._admitted.setdefault(stream, [])
+            admitted.append((question, ticket))
+            del admitted[:-ADMITTED_KEPT]
+        return None
+
+    def take(self, stream: LiveStream, question: str) -> AnswerTicket | None:
+        """The ticket the validator made for `question` of `stream`'s (None: it made none)."""
+        with self._lock:
+            admitted = self._admitted.get(stream, [])
+            for i, (asked, ticket) in enumerate(admitted):
+                if asked == question:
+                    del admitted[i]
+                    return ticket
+        return None
+
+
 class Callbacks:
     """The app's event handlers, bound to one registry of live streams."""
 
@@ -216,6 +291,7 @@ class Callbacks:
         self.viewers = viewers  # the viewers' checkpoints, with a state folder
         self.urls = urls or UrlPolicy()  # the network streams viewers may open (default: none)
         self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
+        self.admission = AskAdmission(self._stream)  # the ask events' validator
         self.gpu = registry.lm.device.type == "cuda"
         self.samples = bundled_samples(registry.lm)  # title -> Sample; the model's own first
         # Per stream: the view version and status text last sent by the timer (gone with the stream).
@@ -317,7 +393,7 @@ class Callbacks:
         """Ask about the stream; yields the chat as the answer streams in, token by token."""
         stream = self._stream(request)
         try:
-            ticket = stream.ask(question)
+            ticket = self.admission.take(stream, question) or stream.ask(question)
         except QuestionError as exc:
             if not (question or "").strip():  # nothing for the chat to show: the error is the answer
                 raise refused(str(exc)) from exc
@@ -325,13 +401,13 @@ class Callbacks:
             log.info("refused a question: %s", exc)
             shown = question.strip()
             shown = shown if len(shown) <= 300 else shown[:300] + f"… ({len(shown):,} characters)"
-            stream.chat.add({"role": "user", "content": shown})
+            stream.chat.add({"role": "user", "content": inert(shown)})
             stream.chat.add(error_message(str(exc)))
             yield stream.chat.messages(), gr.skip()
             return
         # Chat writes carry the ticket's generation: after a Reset they land nowhere.
         gen = ticket.generation
-        stream.chat.add({"role": "user", "content": ticket.question}, gen)
+        stream.chat.add({"role": "user", "content": inert(ticket.question)}, gen)
         self._count_answering(stream, +1)
         try:
             yield self._chat_out(stream), ""

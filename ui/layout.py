@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
+from gradio.block_function import BlockFunction
 
 from hermes.serving import (
     DEFAULT_LEASE_S,
@@ -85,6 +87,21 @@ def random_weights_banner(lm: VideoLM, load_error: str | None = None) -> str | N
     )
 
 
+class Page(gr.Blocks):
+    """The app's Blocks, whose API calls may leave out trailing inputs that have a default. Gradio's
+    API page and gradio_client send every input (the client fills in the defaults the API's schema
+    gives), but a bare REST call that sends what it means to set (`/call/start_file` with the file
+    and the speed) failed with `{"error": null}`: Gradio refuses a short list of inputs before any
+    handler runs. Here each input left out takes the default that schema gives (its component's
+    value on the page; None where it has none, which its handler refuses, naming it)."""
+
+    def validate_inputs(self, block_fn: BlockFunction, inputs: list[Any]) -> None:
+        """Fill in the defaults of the inputs left out (in place: Gradio reads `inputs` on), then
+        Gradio's own check."""
+        inputs.extend(block.get_config().get("value") for block in block_fn.inputs[len(inputs) :])
+        super().validate_inputs(block_fn, inputs)
+
+
 def launch_options(max_file_size: str | int = MAX_UPLOAD) -> dict:
     """Theme, CSS (Gradio 6 takes them in launch(), not in Blocks()) and the upload size limit."""
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
@@ -116,7 +133,7 @@ def build_app(
     banner = model_banner(lm, load_error)
 
     # Gradio keeps files it serves (frames shown) in its cache: clear them every 10 min, after 30.
-    with gr.Blocks(title="HERMES Live", delete_cache=(600, 1800)) as demo:
+    with Page(title="HERMES Live", delete_cache=(600, 1800)) as demo:
         gr.HTML(
             "<div class='hero'><h1>HERMES Live</h1><p>Chat with a video while it plays. The video streams into "
             "a video LLM chunk by chunk; its KV cache is kept at a fixed size as a <em>hierarchical memory</em> "
@@ -178,8 +195,14 @@ def _wire(
         api_visibility="private",
         **settings,
     )
-    # Both ways of asking share one limit (one concurrency_id).
-    asking = {"concurrency_limit": ASK_CONCURRENCY, "concurrency_id": "ask", "show_progress": "minimal"}
+    # Both ways of asking share one limit (one concurrency_id). The validator runs before a question
+    # waits for a slot: one past its viewer's in-flight limit is refused there and takes none.
+    asking = {
+        "concurrency_limit": ASK_CONCURRENCY,
+        "concurrency_id": "ask",
+        "show_progress": "minimal",
+        "validator": cb.admission.validate,
+    }
     asked = [talk.chatbot, talk.question]
     talk.ask.click(cb.ask, talk.question, asked, api_name="ask", **asking)
     talk.question.submit(cb.ask, talk.question, asked, api_visibility="private", **asking)

@@ -12,7 +12,7 @@ from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.tiers import Tier
 from hermes.models.base import VideoLM
 from hermes.serving.admission import Busy
-from hermes.serving.answers import AnswerEvent, AnswerTicket
+from hermes.serving.answers import AnswerEvent, AnswerTicket, TooManyQuestions
 from hermes.serving.checkpoints import CheckpointStore, Viewers
 from hermes.serving.live import LiveStream
 from hermes.serving.model import (
@@ -26,7 +26,16 @@ from hermes.serving.model import (
 from hermes.serving.network import NetworkNumbers
 from hermes.serving.registry import DEFAULT_LEASE_S, DEFAULT_MAX_PREPARING, StreamRegistry
 from hermes.serving.samples import Sample, Suggestion, bundled_samples, suggestions_markdown
-from hermes.serving.settings import COMPARE_POLICIES, MAX_COMPARED, SPEEDS, StreamSettings, layer_tiers
+from hermes.serving.settings import (
+    COMPARE_POLICIES,
+    MAX_COMPARED,
+    SETTING_BOUNDS,
+    SPEEDS,
+    Bound,
+    StreamSettings,
+    layer_tiers,
+    setting_bounds,
+)
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
@@ -46,11 +55,13 @@ __all__ = [
     "LIVE_SCHEMES",
     "MAX_COMPARED",
     "MAX_STANDING",
+    "SETTING_BOUNDS",
     "SPEEDS",
     "Alert",
     "AnswerEvent",
     "AnswerTicket",
     "AttentionLayers",
+    "Bound",
     "Busy",
     "CheckpointStore",
     "ChunkRecord",
@@ -71,6 +82,7 @@ __all__ = [
     "StreamStatus",
     "Suggestion",
     "Tier",
+    "TooManyQuestions",
     "UrlPolicy",
     "UrlRefused",
     "VideoError",
@@ -86,5 +98,6 @@ __all__ = [
     "policy_help",
     "policy_names",
     "requested_model",
+    "setting_bounds",
     "suggestions_markdown",
 ]

@@ -17,13 +17,18 @@ import torch
 
 from hermes.engine.batch import BatchDecoder, BatchRow
 from hermes.engine.methods import PolicySpec
-from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, StreamingSession
+from hermes.engine.session import MAX_NEW_TOKENS, AnswerUpdate, QuestionError, StreamingSession
 from hermes.models.base import VideoLM
 from hermes.serving.admission import gpu_margin
 from hermes.serving.jobs import Job, JobCancelled
 from hermes.serving.worker import is_out_of_memory
 
 ANSWER_TIMEOUT_S = 300.0
+
+
+class TooManyQuestions(QuestionError):
+    """A viewer asked while as many of its questions as it may have are in flight: refused before
+    anything of it is queued (the page checks this before the question waits for an answer slot)."""
 
 
 @dataclass(frozen=True)

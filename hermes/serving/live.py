@@ -25,7 +25,7 @@ from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import free_cached_memory, memory_reading
 from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, QuestionError, StreamingSession, validate_question
 from hermes.models.base import VideoLM
-from hermes.serving.answers import AnswerBatch, AnswerTicket, job_error_message
+from hermes.serving.answers import AnswerBatch, AnswerTicket, TooManyQuestions, job_error_message
 from hermes.serving.chat import Chat
 from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.jobs import JobCancelled, Priority
@@ -80,10 +80,11 @@ class LiveStream:
 
     Control methods (`start_file`, `push_frame`, `pause`, `stop`, `reset`, `ask`, `watch`,
     `close`) are called from UI threads and return at once; model work goes to the shared
-    `ModelWorker` as jobs under `key`. `admit(stream, settings)`, if given, is entered before
-    anything of a new source is decoded: it raises Busy to refuse, or sets `reserved_bytes` (which
-    the stream gives back, to 0, on reset and close) and holds the stream's slot while the source
-    is prepared inside it.
+    `ModelWorker` as jobs under `key`. `admit(stream, settings, held_bytes)`, if given, is entered
+    before anything of a new source is decoded or a memory file loaded (`held_bytes`: the bytes of
+    the loaded memory, else 0): it raises Busy to refuse, or sets `reserved_bytes` (which the stream
+    gives back, to 0, on reset and close) and holds the stream's slot while the source is prepared
+    inside it.
     """
 
     def __init__(
@@ -92,12 +93,12 @@ class LiveStream:
         lm: VideoLM,
         settings: StreamSettings | None = None,
         key: str = "stream",
-        admit: Callable[[LiveStream, StreamSettings], AbstractContextManager[None]] | None = None,
+        admit: Callable[..., AbstractContextManager[None]] | None = None,
     ) -> None:
         self.worker = worker
         self.lm = lm
         self.key = key
-        self._admit = admit or (lambda stream, settings: nullcontext())
+        self._admit = admit or (lambda stream, settings, held_bytes=0: nullcontext())
         # Every stream on this model answers in one batch: questions asked together decode together.
         self._answers = worker.batch(lm, lambda: AnswerBatch(lm))
         self._lock = threading.RLock()  # held around every move of the lifecycle and its source
@@ -107,6 +108,7 @@ class LiveStream:
         self.files = MemoryFiles(self, self._memories, lambda gen: source_hooks(self, gen))
         self.feed = Feed()
         self.settings = settings or StreamSettings()
+        self.defaults = self.settings  # what the server starts its streams with: the bounds of Settings are drawn there
         self._view = LiveView(version=0, settings=self.settings)
         self.chat = Chat()
         self.watchlist = Watchlist(MAX_QUESTION_CHARS)
@@ -130,11 +132,6 @@ class LiveStream:
         memory reserved by admission control is given back."""
         self._reset(settings or self.settings)
         self.reserved_bytes = self.reserved_host_bytes = 0
-
-    def adopt(self, session: StreamingSession, settings: StreamSettings) -> None:
-        """Start over holding `session` (a memory loaded from a file, for `settings`); Busy if admission refuses."""
-        with self._admit(self, settings):
-            self._reset(settings, session)
 
     def _reset(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
         self.feed.stop(flush=False)
@@ -171,8 +168,8 @@ class LiveStream:
     def start_url(self, url: str, urls: UrlPolicy, settings: StreamSettings | None = None, **reader: object) -> str:
         """Start a network stream into fresh memories; its URL as shown. UrlRefused, or StreamError within
         seconds, when it cannot be opened (a running stream goes on untouched); Busy when admission
-        refuses. `reader`: the `NetworkReader`'s options (its timeouts)."""
-        name = start_network(self, urls.check(url), settings or self.settings, reader)
+        refuses. `reader`: the `NetworkReader`'s options (its timeouts); `urls` governs it too (gate.py)."""
+        name = start_network(self, urls.check(url), settings or self.settings, {"policy": urls, **reader})
         self.touch()  # the lease counts from the start's end: opening the stream may take seconds
         return name
 
@@ -229,7 +226,7 @@ class LiveStream:
         with self._lock:  # checked and queued together: two questions at once cannot both pass
             self._check_open()
             if self.worker.backlog(self.key, Priority.QUESTION) >= MAX_QUESTIONS_IN_FLIGHT:
-                raise QuestionError(WAIT_FOR_ANSWER)
+                raise TooManyQuestions(WAIT_FOR_ANSWER)
             ticket = AnswerTicket(q, self.life.generation)
             answer = partial(self._memories.answer, ticket.generation, ticket, max_new_tokens)
             self.worker.submit(answer, Priority.QUESTION, self.key, ticket.fail_job, self._answers)
