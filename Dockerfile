@@ -13,6 +13,7 @@ ENV HOME=/home/user PATH=/home/user/.local/bin:$PATH \
     GRADIO_SERVER_NAME=0.0.0.0 GRADIO_SERVER_PORT=7860
 WORKDIR /home/user/app
 
+# requirements.txt is the lock (every package pinned, docs/install.md): the image installs the set CI tested.
 COPY --chown=user requirements.txt .
 RUN pip install --no-cache-dir --user -r requirements.txt
 COPY --chown=user . .
