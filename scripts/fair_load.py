@@ -156,17 +156,23 @@ def first_token_ms(client: Client) -> float:
     return first if first is not None else (time.monotonic() - t0) * 1000.0
 
 
+def viewer_alone(viewer: Client, flood: Client, long_clip: Path, asks: int) -> list[float]:
+    """The flooding client's stream started and stopped (its memory built), the viewer's streaming at
+    1x; the viewer's times to first token for `asks` questions asked alone, after one to warm up."""
+    start(flood, long_clip, "max")
+    wait(lambda: flood.predict(api_name="/metrics")["chunks"] >= 2, 120)
+    flood.predict(api_name="/stop")
+    start(viewer, long_clip, "1x")
+    wait(lambda: viewer.predict(api_name="/metrics")["chunks"] >= 1, 120)
+    first_token_ms(viewer)  # warm-up
+    return [first_token_ms(viewer) for _ in range(asks)]
+
+
 def fair_turns(url: str, long_clip: Path, asks: int) -> dict:
     """A viewer's time to first token alone and beside a flood of questions; its chunks meanwhile."""
     viewer, flood = Client(url, verbose=False), Client(url, verbose=False)
     try:
-        start(flood, long_clip, "max")
-        wait(lambda: flood.predict(api_name="/metrics")["chunks"] >= 2, 120)
-        flood.predict(api_name="/stop")
-        start(viewer, long_clip, "1x")
-        wait(lambda: viewer.predict(api_name="/metrics")["chunks"] >= 1, 120)
-        first_token_ms(viewer)  # warm-up
-        alone = [first_token_ms(viewer) for _ in range(asks)]
+        alone = viewer_alone(viewer, flood, long_clip, asks)
         stop = threading.Event()
 
         def flooding() -> None:
@@ -213,13 +219,7 @@ def flood_from_threads(url: str, long_clip: Path, asks: int) -> dict:
                 counts["refused"] += 1
 
     try:
-        start(flood, long_clip, "max")
-        wait(lambda: flood.predict(api_name="/metrics")["chunks"] >= 2, 120)
-        flood.predict(api_name="/stop")
-        start(viewer, long_clip, "1x")
-        wait(lambda: viewer.predict(api_name="/metrics")["chunks"] >= 1, 120)
-        first_token_ms(viewer)  # warm-up
-        alone = [first_token_ms(viewer) for _ in range(asks)]
+        alone = viewer_alone(viewer, flood, long_clip, asks)
         threads = [threading.Thread(target=asking, daemon=True) for _ in range(FLOOD_THREADS)]
         for thread in threads:
             thread.start()

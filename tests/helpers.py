@@ -17,6 +17,7 @@ from hermes.engine.batch import BatchDecoder
 from hermes.engine.chunk import Chunk
 from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.memory.cache import HermesCache
+from hermes.memory.rope import RopeSpec
 from hermes.serving.live import LiveStream
 from hermes.serving.settings import StreamSettings
 
@@ -31,6 +32,15 @@ def chunk_report(frames_seen: int = 0, stream_time_s: float = 0.0, **numbers: fl
     fields = {"prefill_ms": 0.0, "compress_ms": 0.0, "guidance_ms": 0.0, "reindex_ms": 0.0, "cache_bytes": 0}
     fields |= {"chunk_index": 0, "tokens": 0, "evicted": 0, "reindexed": False, "video_tokens_per_layer": []}
     return ChunkReport(frames_seen=frames_seen, stream_time_s=stream_time_s, **(fields | numbers))
+
+
+def rope_by(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
+    """RoPE by `delta` positions, written out: pairs (x_i, x_{i+d/2}) turned by delta * theta_i."""
+    half = keys.shape[-1] // 2
+    angle = delta * spec.inv_freq.double()
+    cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
+    x1, x2 = keys[..., :half], keys[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 def random_chunk(index: int, n: int = 2, size: int = 64, seed: int | None = None) -> Chunk:

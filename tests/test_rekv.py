@@ -17,7 +17,7 @@ from hermes.memory.rivals.host_store import HostStore
 from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
 from hermes.memory.rope import RopeSpec, rotate_keys
 from hermes.memory.tiers import Tier
-from tests.helpers import assert_same_memory, memory_state, random_chunk
+from tests.helpers import assert_same_memory, memory_state, random_chunk, rope_by
 
 QUESTION = "What is happening?"
 
@@ -250,22 +250,13 @@ def test_rekvs_own_context_rerotates_the_chosen_frames_after_the_prefix(llava_lm
             [(layer.frames == int(store.block_frame[b])).nonzero().squeeze(1)[:count] for b, count in picked[n]]
         )
         k, v = layer.keys[..., p + slots, :].float(), layer.values[..., p + slots, :]
-        moved = [_rope_by(k[..., j, :], p + j - int(layer.positions[0, s]), spec) for j, s in enumerate(slots.tolist())]
+        moved = [rope_by(k[..., j, :], p + j - int(layer.positions[0, s]), spec) for j, s in enumerate(slots.tolist())]
         keys = torch.cat([layer.keys[..., :p, :], torch.stack(moved, dim=-2).to(k.dtype)], -2)
         cache.update(keys, torch.cat([layer.values[..., :p, :], v], -2), n)
     ids = lm.question_ids(QUESTION)
     start = p + sum(count for _, count in picked[0])
     logits = lm.forward(cache, ids, start + torch.arange(ids.shape[-1])[None])
     assert (got - torch.log_softmax(logits[0, -1].float(), dim=-1)).abs().max() < 1e-4
-
-
-def _rope_by(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
-    """RoPE by `delta` positions, written out: pairs (x_i, x_{i+d/2}) turned by delta * theta_i."""
-    half = keys.shape[-1] // 2
-    angle = delta * spec.inv_freq.double()
-    cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
-    x1, x2 = keys[..., :half], keys[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 def test_device_flat_host_grows_by_one_chunk_and_questions_leave_everything_alone(lm):

@@ -24,6 +24,7 @@ from hermes.memory.rope import RopeSpec
 from hermes.memory.scorer import LayerInputs
 from hermes.memory.selection import TopK
 from hermes.memory.tiers import Tier, TierMap
+from tests.helpers import rope_by
 
 HEADS, DIM, LAYERS = 2, 8, 3
 TIERS = TierMap((Tier.SENSORY, Tier.WORKING, Tier.LONG_TERM))
@@ -290,16 +291,7 @@ def test_infinipot_steady_state_keeps_what_the_official_code_keeps(rope, dtype):
 # -- StreamMem -----------------------------------------------------------------------------------
 def _rope_at(keys: torch.Tensor, positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor:
     """Each key (..., n, dim) turned by RoPE to its own position (n,), written out."""
-    return torch.stack([_rope(keys[..., t, :], int(p), spec) for t, p in enumerate(positions)], dim=-2)
-
-
-def _rope(keys: torch.Tensor, delta: int, spec: RopeSpec) -> torch.Tensor:
-    """RoPE by `delta` positions, written out: pairs (x_i, x_{i+d/2}) turned by delta * theta_i."""
-    half = keys.shape[-1] // 2
-    angle = delta * spec.inv_freq.double()
-    cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
-    x1, x2 = keys[..., :half], keys[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return torch.stack([rope_by(keys[..., t, :], int(p), spec) for t, p in enumerate(positions)], dim=-2)
 
 
 @pytest.mark.parametrize("prototype", ["weighted", "mean"])
@@ -334,7 +326,7 @@ def test_streammem_keeps_top_attention_and_one_prototype_per_frame_that_loses_to
                 else torch.full((len(group),), 1 / len(group))
             )
             want_v = sum(a[j] * values[:, t] for j, t in enumerate(group))
-            want_k = sum(a[j] * _rope(keys[:, t], token - t, spec) for j, t in enumerate(group))
+            want_k = sum(a[j] * rope_by(keys[:, t], token - t, spec) for j, t in enumerate(group))
             assert torch.allclose(v[:, slot].float(), want_v, atol=atol)
             assert torch.allclose(k[:, slot].float(), want_k, atol=atol)
             if layer._k0 is not None:  # a 16-bit cache's origin key: the prototype at its own origin
