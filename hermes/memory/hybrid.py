@@ -23,8 +23,7 @@ class HybridCache(Cache):
             if layer_idx != 0:
                 raise ValueError(f"layer {layer_idx} is linear attention: it holds a state, not a sequence")
             linear = LinearAttentionCacheLayerMixin
-            attention = [i for i, layer in enumerate(self.layers) if not isinstance(layer, linear)]
-            if not attention:
+            layer_idx = next((i for i, layer in enumerate(self.layers) if not isinstance(layer, linear)), -1)
+            if layer_idx < 0:
                 raise ValueError("a cache of linear-attention layers only has no sequence length")
-            layer_idx = attention[0]
         return self.layers[layer_idx].get_seq_length()

@@ -217,12 +217,13 @@ def run_clip(
     group: PolicyGroup,
     results: dict[str, Answers],
     frames: list,
+    per_frame: int,
 ) -> None:
-    """Stream one clip into every memory of `group`, asking its questions; records into `results`."""
+    """Stream one clip into every memory of `group`, asking its questions; records into `results`.
+    `per_frame`: the model's tokens a frame (`tokens_per_frame`), for what a memory held when asked."""
     questions = [q for q in held.questions if q.video == video]
     standing = [s for s in held.standing if s.video == video]
     option_ids = {o: int(lm.tokenizer.convert_tokens_to_ids(o)) for q in questions for o in q.options}
-    per_frame = tokens_per_frame(lm)
     group.reset()
     peaks = dict.fromkeys(group.sessions, 0)
     for session in group.sessions.values():
@@ -256,13 +257,14 @@ def run(
         runs.append((None, [FULL]))
     runs += [(b, [p for p in policies if p != FULL]) for b in budgets if any(p != FULL for p in policies)]
     chosen = held.videos[:videos] if videos else held.videos
+    per_frame = tokens_per_frame(lm)
     for i, video in enumerate(chosen):
         frames = list(iter_video(held.root / video, WORLD_FPS))
         for budget, names in runs:
             config = HermesConfig(budget=budget or 1, chunk_frames=held.chunk_frames, fps=WORLD_FPS)
             group = PolicyGroup({n: StreamingSession(lm, config, policy=n) for n in names})
             per = {n: results[(n, budget)] for n in names}
-            run_clip(lm, held, video, group, per, frames)
+            run_clip(lm, held, video, group, per, frames, per_frame)
         if progress is not None:
             progress(f"clip {i + 1}/{len(chosen)}: {video}")
     return dict(results)

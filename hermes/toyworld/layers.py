@@ -21,10 +21,10 @@ from hermes.engine.methods import FULL
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
+from hermes.runtime.driver import play
 from hermes.toyworld.bench import HeldOut, ToyQuestion
 from hermes.toyworld.questions import BACKWARD, REAL_TIME
 from hermes.toyworld.world import WORLD_FPS
-from hermes.video.chunking import Chunker
 from hermes.video.frames_folder import iter_video
 
 
@@ -61,18 +61,11 @@ def layer_lifts(
     config = HermesConfig(budget=1, chunk_frames=held.chunk_frames, fps=WORLD_FPS)
     for i, video in enumerate(chosen):
         session = StreamingSession(lm, config, policy=FULL)
-        frames = list(iter_video(held.root / video, WORLD_FPS))
-        chunker, fed = Chunker(held.chunk_frames), 0
-        for q in sorted((q for q in held.questions if q.video == video), key=lambda q: q.at):
-            # The memory holds the first `at` frames when the question is asked, as the bench asks it.
-            while fed < min(q.at, len(frames)):
-                chunk = chunker.push(frames[fed])
-                fed += 1
-                if chunk is not None:
-                    session.ingest(chunk)
-            if (tail := chunker.flush()) is not None:
-                session.ingest(tail)
-            rows.append(question_lifts(session, q))
+        questions = [q for q in held.questions if q.video == video]
+        # The runtime's driver asks each question once the memory holds its first `at` frames, as the bench does.
+        for event in play(session, iter_video(held.root / video, WORLD_FPS), questions, lambda q: q.at - 1):
+            if isinstance(event, ToyQuestion):
+                rows.append(question_lifts(session, event))
         if progress is not None:
             progress(f"clip {i + 1}/{len(chosen)}: {video}")
     return rows
