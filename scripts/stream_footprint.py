@@ -20,10 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, installed or not
 
 from hermes.models.loading import load_video_lm
+from hermes.runtime.settings import StreamSettings
 from hermes.serving import chat as chat_module
 from hermes.serving import view as view_module
 from hermes.serving.live import LiveStream
-from hermes.serving.settings import StreamSettings
 from hermes.serving.worker import ModelWorker, Priority
 
 

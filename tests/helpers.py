@@ -18,8 +18,8 @@ from hermes.engine.chunk import Chunk
 from hermes.engine.session import ChunkReport, StreamingSession
 from hermes.memory.cache import HermesCache
 from hermes.memory.rope import RopeSpec
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.live import LiveStream
-from hermes.serving.settings import StreamSettings
 
 T = TypeVar("T")
 

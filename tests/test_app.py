@@ -94,6 +94,31 @@ def test_upload_stream_ask_and_read_metrics(app):
         client.close()
 
 
+def test_a_zip_of_frames_uploads_streams_and_answers(app, tmp_path):
+    import zipfile
+
+    from tests.eval_helpers import frames_folder
+
+    url, _ = app
+    folder = frames_folder(tmp_path / "clip", 6)
+    archive = tmp_path / "frames.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for image in sorted(folder.iterdir()):
+            zf.write(image, f"clip/{image.name}")
+    (tmp_path / "broken.zip").write_bytes(b"PK\x03\x04 not a zip")
+    client = Client(url, verbose=False)
+    try:
+        with pytest.raises(AppError, match="not a readable zip"):
+            client.predict(handle_file(str(tmp_path / "broken.zip")), "max", api_name="/start_file")
+        status, _ = client.predict(handle_file(str(archive)), "max", api_name="/start_file")
+        assert "frames-frames" in status
+        assert wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] == 6)  # one image a frame at 0.5 fps
+        final = client.predict("What is in the video?", api_name="/ask")[0]
+        assert [m["role"] for m in final] == ["user", "assistant"] and "TTFT" in text_of(final[-1])
+    finally:
+        client.close()
+
+
 def test_sessions_are_isolated_and_freed_when_closed(app):
     url, registry = app
     a, b = Client(url, verbose=False), Client(url, verbose=False)

@@ -22,6 +22,7 @@ import torch
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+from hermes.engine.methods import PolicySpec
 from hermes.engine.session import StreamingSession
 from hermes.serving import DEFAULT_MAX_PREPARING, LiveStream, StreamSettings
 from hermes.serving.admission import cache_bytes_for
@@ -295,7 +296,7 @@ def test_a_fault_in_one_session_shows_there_and_spares_the_others(app, videos, m
 def test_out_of_memory_while_answering_is_a_chat_message(app, client, videos, monkeypatch):
     start(client, videos["one_frame"])
     finished(client, 1)
-    session = stream_of(app[2], client)._memories.sessions["hermes"]
+    session = stream_of(app[2], client)._memories.sessions[PolicySpec("hermes")]
 
     def oom():
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
@@ -312,7 +313,7 @@ def test_out_of_memory_while_answering_is_a_chat_message(app, client, videos, mo
 def test_reset_in_the_middle_of_an_answer(app, client, videos):
     start(client, videos["one_frame"])
     finished(client, 1)
-    with hold_answers(stream_of(app[2], client)._memories.sessions["hermes"]) as (first, gate):
+    with hold_answers(stream_of(app[2], client)._memories.sessions[PolicySpec("hermes")]) as (first, gate):
         job = client.submit("What is there?", api_name="/ask")
         assert first.wait(30)
         chat = client.predict(api_name="/reset")[1]
@@ -330,7 +331,7 @@ def test_reset_in_the_middle_of_an_answer(app, client, videos):
 def test_stop_in_the_middle_of_an_answer(app, client, videos):
     start(client, videos["long"], pace="1x")
     wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] > 0)
-    with hold_answers(stream_of(app[2], client)._memories.sessions["hermes"]) as (first, gate):
+    with hold_answers(stream_of(app[2], client)._memories.sessions[PolicySpec("hermes")]) as (first, gate):
         job = client.submit("What is there?", api_name="/ask")
         assert first.wait(30)
         status = client.predict(api_name="/stop")
@@ -351,7 +352,7 @@ def test_a_tab_closed_mid_stream_frees_its_stream(app, videos):
     start(client, videos["long"], pace="1x")  # 12 s: still streaming when the tab goes
     assert wait_for(lambda: client.predict(api_name="/metrics")["frames_seen"] > 0)
     stream = stream_of(registry, client)
-    reader, memory = stream.feed.source.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
+    reader, memory = stream.feed.source.thread, weakref.ref(stream._memories.sessions[PolicySpec("hermes")].memory)
     assert reader.is_alive() and stream.reserved_bytes > 0
     client.close()  # its heartbeat stops, as when a tab closes: the unload handler runs
 

@@ -21,8 +21,8 @@ from hermes.memory.rope import RopeSpec
 from hermes.models import gemm, loading
 from hermes.models.gemm import cpu_has_bf16
 from hermes.models.loading import load_video_lm, resolve_dtype
+from hermes.runtime.settings import StreamSettings
 from hermes.serving import admission
-from hermes.serving.settings import StreamSettings
 from tests.helpers import random_chunk
 
 QUESTION = "What is happening?"

@@ -23,12 +23,13 @@ import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+import hermes.runtime.readers as sources_module
 import hermes.serving.live as live_module
-import hermes.serving.sources as sources_module
+import hermes.serving.starts as starts_module
 from hermes.engine.metrics import trim_host_memory
 from hermes.serving import Busy, QuestionError, StreamState, VideoError
+from hermes.serving.asking import MAX_QUESTIONS_IN_FLIGHT
 from hermes.serving.jobs import Priority
-from hermes.serving.live import MAX_QUESTIONS_IN_FLIGHT
 from hermes.serving.registry import StreamRegistry
 from hermes.serving.worker import STEPS_PER_TURN, ModelWorker
 from hermes.video.clips import make_clip
@@ -152,8 +153,8 @@ def test_paused_and_quiet_webcam_streams_lapse_while_a_polling_viewer_keeps_its_
 
 def test_starts_while_every_slot_is_taken_are_refused_before_decoding(llava_lm, videos, monkeypatch):
     decoded = []
-    check_start = live_module.check_start
-    monkeypatch.setattr(live_module, "check_start", lambda *a, **k: decoded.append(a) or check_start(*a, **k))
+    check_start = starts_module.check_start
+    monkeypatch.setattr(starts_module, "check_start", lambda *a, **k: decoded.append(a) or check_start(*a, **k))
     registry = StreamRegistry(llava_lm, settings=SMALL, max_streams=1)
     try:
         registry.get("holder").start_file(videos["long"], speed="1x")
@@ -192,14 +193,14 @@ def test_a_frame_too_large_is_refused_from_the_header_and_the_slot_is_given_back
 
 def test_starts_being_prepared_at_once_are_bounded(llava_lm, videos, monkeypatch):
     inside, release = threading.Event(), threading.Event()
-    check_start = live_module.check_start
+    check_start = starts_module.check_start
 
     def slow_check(*args, **kwargs):
         inside.set()
         assert release.wait(30)
         return check_start(*args, **kwargs)
 
-    monkeypatch.setattr(live_module, "check_start", slow_check)
+    monkeypatch.setattr(starts_module, "check_start", slow_check)
     registry = StreamRegistry(llava_lm, settings=SMALL, max_streams=4, max_preparing=1)
     try:
         first = threading.Thread(target=registry.get("a").start_file, args=(videos["long"], "1x"))

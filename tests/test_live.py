@@ -11,14 +11,19 @@ import numpy as np
 import pytest
 import torch
 
+from hermes.engine.methods import PolicySpec
 from hermes.engine.session import MAX_QUESTION_CHARS, QuestionError, StreamingSession
 from hermes.memory.config import HermesConfig
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.admission import cache_bytes_for, full_slot_limit, prefix_len
 from hermes.serving.jobs import Priority
 from hermes.serving.live import LiveStream
-from hermes.serving.settings import StreamSettings
 from hermes.video.decoding import VideoError
 from tests.helpers import SMALL, hold_answers, streamed, wait_for
+
+HERMES = PolicySpec("hermes")
+FIFO = PolicySpec("fifo")
+FULL = PolicySpec("full")
 
 
 @pytest.fixture
@@ -33,7 +38,7 @@ def test_stream_a_file_then_ask_with_streamed_answer(stream, clips):
     view = stream.view()
     assert view.frames_seen == 4 and view.chunks == 2
     assert len(view.frame_tokens) == 4 and view.frame_image is not None and max(view.frame_image.shape) <= 360
-    snap = view.snapshots["hermes"]
+    snap = view.snapshots[HERMES]
     assert all((layer.stream_ids >= 0).sum() <= SMALL.budget + 1 for layer in snap.layers)
     assert len(view.history) == 2 and view.history[-1].frames_seen == 4
 
@@ -65,7 +70,7 @@ def test_questions_of_several_streams_are_answered_in_one_batch(worker, llava_lm
         assert worker.wait_idle(timeout=30) and worker.largest_batch == 3 and worker.errors == 0
         for i, (s, events) in enumerate(zip(streams, answers, strict=True)):
             assert all(e.error is None for e in events) and len(events) >= 2
-            alone = s._memories.sessions["hermes"].ask(f"What is in stream {i}?", max_new_tokens=10)
+            alone = s._memories.sessions[HERMES].ask(f"What is in stream {i}?", max_new_tokens=10)
             assert (events[-1].update.text, events[-1].update.tokens) == (alone.text, alone.tokens)
             assert s.view().answers[-1].update.text == alone.text
     finally:
@@ -78,7 +83,7 @@ def test_a_question_joins_an_answer_being_decoded(worker, llava_lm, clips):
     try:
         streamed(a, clips["short"])
         streamed(b, clips["short"])
-        with hold_answers(a._memories.sessions["hermes"]) as (first, gate):
+        with hold_answers(a._memories.sessions[HERMES]) as (first, gate):
             ticket_a = a.ask("What colour is the square?", max_new_tokens=12)
             assert first.wait(10)
             ticket_b = b.ask("And the background?", max_new_tokens=4)
@@ -87,8 +92,8 @@ def test_a_question_joins_an_answer_being_decoded(worker, llava_lm, clips):
             events_a, events_b = list(ticket_a.events()), list(ticket_b.events())
         assert worker.largest_batch == 2  # b joined a's batch; it did not wait for a's 12 tokens
         assert events_a[-1].update.tokens == 12 and events_b[-1].update.tokens == 4
-        assert events_a[-1].update.text == a._memories.sessions["hermes"].ask("What colour is the square?", 12).text
-        assert events_b[-1].update.text == b._memories.sessions["hermes"].ask("And the background?", 4).text
+        assert events_a[-1].update.text == a._memories.sessions[HERMES].ask("What colour is the square?", 12).text
+        assert events_b[-1].update.text == b._memories.sessions[HERMES].ask("And the background?", 4).text
     finally:
         a.close()
         b.close()
@@ -152,17 +157,17 @@ def test_compare_mode_runs_two_memories_on_one_stream(stream, llava_lm, clips):
     settings = StreamSettings(budget=400, chunk_frames=2, fps=0.5, compare=True)
     streamed(stream, clips["short"], settings=settings)
     view = stream.view()
-    assert set(view.snapshots) == {"hermes", "fifo"}
-    assert view.frames_in_memory["fifo"] <= view.frames_in_memory["hermes"]
+    assert {p.name for p in view.snapshots} == {"hermes", "fifo"}
+    assert view.frames_in_memory[FIFO] <= view.frames_in_memory[HERMES]
     # The budget line of each policy: the bytes its cache holds at |M| (hermes: one slot more, the summary).
     one = {p: cache_bytes_for(llava_lm, dataclasses.replace(settings, policy=p, compare=False)) for p in view.snapshots}
-    assert view.budget_bytes == one and one["hermes"] > one["fifo"]
-    assert view.snapshots["fifo"].cache_bytes == one["fifo"]  # 4 frames, 786 tokens: past the budget
+    assert view.budget_bytes == one and one[HERMES] > one[FIFO]
+    assert view.snapshots[FIFO].cache_bytes == one[FIFO]  # 4 frames, 786 tokens: past the budget
     # The guidance attention of hermes' last compression, one record per layer; fifo runs no guidance.
-    assert list(view.attention) == ["hermes"] and len(view.attention["hermes"]) == llava_lm.num_layers
+    assert list(view.attention) == [HERMES] and len(view.attention[HERMES]) == llava_lm.num_layers
     done = [e for e in stream.ask("What happened?", max_new_tokens=3).events() if e.done]
-    assert [e.policy for e in done] == ["hermes", "fifo"]
-    assert {a.policy for a in stream.view().answers} == {"hermes", "fifo"}
+    assert [e.policy.name for e in done] == ["hermes", "fifo"]
+    assert {a.policy.name for a in stream.view().answers} == {"hermes", "fifo"}
 
 
 def test_reset_applies_settings_and_fails_pending_questions(worker, stream, clips):
@@ -176,7 +181,7 @@ def test_reset_applies_settings_and_fails_pending_questions(worker, stream, clip
     assert "reset" in event.error
     assert worker.wait_idle(timeout=10)
     view = stream.view()
-    assert view.frames_seen == 0 and list(view.snapshots) == ["fifo"] and view.snapshots["fifo"].budget == 500
+    assert view.frames_seen == 0 and list(view.snapshots) == [FIFO] and view.snapshots[FIFO].budget == 500
     assert stream.chat.messages() == []
 
 
@@ -258,7 +263,7 @@ def test_a_failing_answer_reports_an_error_and_the_stream_goes_on(stream, llava_
 
 def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
     streamed(stream, clips["short"])
-    with hold_answers(stream._memories.sessions["hermes"]) as (first, gate):
+    with hold_answers(stream._memories.sessions[HERMES]) as (first, gate):
         ticket = stream.ask("What colour is the square?", max_new_tokens=50)
         events = ticket.events()
         assert next(events).update.text and first.wait(10)
@@ -277,7 +282,7 @@ def test_reset_in_the_middle_of_an_answer_interrupts_it_cleanly(stream, clips):
 def test_stop_in_the_middle_of_an_answer_lets_it_finish(stream, clips):
     stream.start_file(clips["short"], speed="1x")
     assert wait_for(lambda: stream.view().frames_seen > 0, 30)
-    with hold_answers(stream._memories.sessions["hermes"]) as (first, gate):
+    with hold_answers(stream._memories.sessions[HERMES]) as (first, gate):
         ticket = stream.ask("What colour is the square?", max_new_tokens=8)
         assert first.wait(10)
         stream.stop()
@@ -303,7 +308,7 @@ def test_full_policy_stops_at_its_bound_with_a_note(stream, llava_lm, clips):
     assert view.frames_seen == 4 and status.error is None
     assert "full cache reached its bound (1,000 video tokens per layer" in status.note
     assert any("bound" in n for n in stream.pop_notices())
-    assert view.snapshots["full"].cache_bytes <= cache_bytes_for(llava_lm, settings)
+    assert view.snapshots[FULL].cache_bytes <= cache_bytes_for(llava_lm, settings)
     assert list(stream.ask("Still there?", max_new_tokens=2).events())[-1].done  # questions still work
 
 

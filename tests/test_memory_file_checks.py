@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from hermes.engine.methods import PolicySpec
 from hermes.engine.persist import MemoryFileError, check_storage, read_session, save_session
 from hermes.engine.session import StreamingSession
 from hermes.memory.persist import FORMAT, MemoryFile, read_memory, write_memory
@@ -259,7 +260,7 @@ def test_another_viewers_batched_answers_stay_right_while_a_crafted_file_is_refu
         assert worker.wait_idle(timeout=30) and worker.largest_batch == 2 and worker.errors == 0
         for s, events in zip((victim, attacker), answers, strict=True):
             assert all(e.error is None for e in events), [e.error for e in events]
-            alone = s._memories.sessions["hermes"].ask(QUESTION, max_new_tokens=8)
+            alone = s._memories.sessions[PolicySpec("hermes")].ask(QUESTION, max_new_tokens=8)
             assert (events[-1].update.text, events[-1].update.tokens) == (alone.text, alone.tokens)
     finally:
         victim.close()

@@ -11,15 +11,18 @@ import threading
 import numpy as np
 import pytest
 
+from hermes.engine.methods import PolicySpec
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.jobs import Priority
 from hermes.serving.live import LiveStream
-from hermes.serving.settings import StreamSettings
 from hermes.serving.state import StreamState
 from hermes.video.network import StreamError
 from hermes.video.urls import UrlPolicy, UrlRefused
 from tests.helpers import assert_same_memory, memory_state, wait_for
 from tests.network_servers import free_port, http_folder, live_hls, rtsp_server
 from ui.figures import retained_map_figure
+
+HERMES = PolicySpec("hermes")
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,7 +43,7 @@ def chunks_reach(stream: LiveStream, n: int, timeout: float = 60) -> bool:
 
 
 def cache_bytes(stream: LiveStream) -> int:
-    return stream.view().snapshots["hermes"].cache_bytes
+    return stream.view().snapshots[HERMES].cache_bytes
 
 
 def answered(stream: LiveStream, question: str) -> str:
@@ -63,7 +66,7 @@ def test_a_network_stream_is_answered_from_a_memory_held_at_its_budget(stream, k
         stream.stop()
     view = stream.view()
     assert cache_bytes(stream) == held  # the budget holds: the cache stays the same size
-    assert all((layer.stream_ids >= 0).sum() <= LIVE.budget + 1 for layer in view.snapshots["hermes"].layers)
+    assert all((layer.stream_ids >= 0).sum() <= LIVE.budget + 1 for layer in view.snapshots[HERMES].layers)
     times = [r.stream_time_s for r in view.history]
     assert times == sorted(times) and times[-1] >= 10 * LIVE.chunk_frames / LIVE.fps - 1
     metrics = stream.metrics()
@@ -81,7 +84,7 @@ def test_a_dropped_stream_keeps_its_memory_and_goes_on_when_the_server_returns(s
         # Every frame read before the drop reaches the memory (the partial chunk too), then nothing moves.
         assert wait_for(lambda: stream.status().frames_read == stream.view().frames_seen, 30)
         assert worker.wait_idle(stream.key, 30)
-        session = stream._memories.sessions["hermes"]
+        session = stream._memories.sessions[HERMES]
         before, chunks = memory_state(session.memory), stream.view().chunks
         threading.Event().wait(2.0)  # down for a while: the memory waits, untouched
         assert_same_memory(before, session.memory)
@@ -183,8 +186,8 @@ def test_compare_and_standing_questions_on_a_network_stream(worker, llava_lm):
             assert chunks_reach(stream, 4)
             stream.stop()
         view = stream.view()
-        assert set(view.snapshots) == {"hermes", "fifo"}  # two memories side by side, on one stream
+        assert {p.name for p in view.snapshots} == {"hermes", "fifo"}  # two memories side by side, on one stream
         checked = {(p.policy, p.check.question) for p in view.watch_history}
-        assert checked == {("hermes", "Is a ball moving?"), ("fifo", "Is a ball moving?")}
+        assert checked == {(HERMES, "Is a ball moving?"), (PolicySpec("fifo"), "Is a ball moving?")}
     finally:
         stream.close()

@@ -15,8 +15,9 @@ import time
 
 import pytest
 
+from hermes.engine.methods import PolicySpec
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.live import LiveStream
-from hermes.serving.settings import StreamSettings
 from hermes.video.urls import UrlPolicy
 from tests.helpers import wait_for
 from tests.network_servers import rtsp_server
@@ -47,7 +48,7 @@ def test_an_rtsp_stream_keeps_host_memory_flat(worker, llava_lm):
         with rtsp_server() as server:
             stream.start_url(server.url, UrlPolicy.parse("127.0.0.1"))
             assert wait_for(lambda: stream.view().chunks >= WARMUP, 120)
-            held = stream.view().snapshots["hermes"].cache_bytes
+            held = stream.view().snapshots[PolicySpec("hermes")].cache_bytes
             skipped = stream.status().network.skipped_s  # opening buffers a few seconds
             end = time.monotonic() + 60 * MINUTES
             seen = stream.view().chunks
@@ -55,7 +56,7 @@ def test_an_rtsp_stream_keeps_host_memory_flat(worker, llava_lm):
                 assert wait_for(lambda seen=seen: stream.view().chunks > seen, 30), "the stream stalled"
                 seen = stream.view().chunks
                 readings.append(rss_mib())
-                assert stream.view().snapshots["hermes"].cache_bytes == held
+                assert stream.view().snapshots[PolicySpec("hermes")].cache_bytes == held
             events = list(stream.ask("What is moving?", max_new_tokens=4).events())
             status = stream.status()
     finally:

@@ -11,14 +11,16 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from safetensors.torch import load_file, save_file
 
+from hermes.engine.methods import PolicySpec
 from hermes.engine.persist import MemoryFileError, read_session, save_session
 from hermes.engine.session import QuestionError, StreamingSession
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.checkpoints import SUFFIX, Checkpointer, CheckpointStore, Viewers, new_viewer_key, valid_key
 from hermes.serving.live import LiveStream
-from hermes.serving.settings import StreamSettings
 from tests.helpers import SMALL, assert_same_memory, memory_state, random_chunk, streamed, wait_for
 
 QUESTION = "What did you see at the start?"
@@ -60,7 +62,7 @@ def test_a_saved_memory_loads_into_another_stream_and_answers_the_same(streams, 
     assert wait_for(lambda: other.view().frames_seen == 4)
     view = other.view()
     assert [str(p) for p in view.settings.policies] == ["hermes"] and view.settings.budget == 400
-    assert view.frames_in_memory["hermes"] > 0 and len(view.frame_tokens) == 4
+    assert view.frames_in_memory[PolicySpec("hermes")] > 0 and len(view.frame_tokens) == 4
     assert answer(other) == before
 
 
@@ -116,6 +118,43 @@ def test_a_loaded_memory_goes_on_with_its_video_as_if_it_never_stopped(streams, 
     assert resumed.view().frames_seen == 4 and resumed.view().chunks == 2
     assert_same_memory(memory, resumed._memories.main().memory, storage=False)
     assert answer(resumed) == expected
+
+
+def test_a_loaded_memory_goes_on_with_a_network_stream_or_the_webcam(streams, clips, tmp_path):
+    """What a moved stream of a cluster does: a network stream reconnected into its loaded memory, or
+    the webcam's next frames, go on from where the memory stopped (its stream time and frame numbers)."""
+    from hermes.video.urls import UrlPolicy
+    from tests.network_servers import mjpeg_camera
+
+    saved = tmp_path / "memory.hmem"
+    first = streamed(streams("first", PER_FRAME), clips["short"])
+    first.files.save(saved)
+    seen = first.view().frames_seen
+
+    def went_on(stream: LiveStream, at: float) -> None:
+        assert wait_for(lambda: stream.view().frames_seen >= seen + 2, 60)
+        stream.stop()
+        assert stream.worker.wait_idle(stream.key, 60)
+        assert stream.view().stream_time_s > at
+        frames = stream._memories.main().memory.kv_layers[0].frames
+        assert int(frames.max()) >= seen + 1  # numbered on after the memory's frames, not from 0 again
+
+    net = streams("net", PER_FRAME)
+    net.files.load(saved)
+    at = net.files.resumable
+    with mjpeg_camera() as url:
+        assert net.files.go_on_url(url, UrlPolicy.parse("127.0.0.1")).startswith("http://127.0.0.1")
+        assert net.files.resumable is None
+        went_on(net, at)
+
+    cam = streams("cam", PER_FRAME)
+    cam.files.load(saved)
+    at = cam.files.resumable
+    image = np.zeros((64, 64, 3), dtype=np.uint8)
+    for i in range(4):
+        cam.push_frame(image, t=2.0 * i)  # 0.5 fps: every frame taken, one a chunk
+    went_on(cam, at)
+    assert cam.view().stream_time_s >= at + 2.0
 
 
 @pytest.fixture(scope="module")
@@ -310,5 +349,49 @@ def test_the_api_saves_a_memory_and_another_client_loads_it(llava_lm, tmp_path):
     finally:
         a.close()
         b.close()
+        demo.close()
+        registry.shutdown()
+
+
+def test_a_memory_saved_with_policy_parameters_keeps_them_across_reset(llava_lm, clips, tmp_path):
+    """A memory written by `hermes stream --param rekv.top_k=3` loads with its parameters; the page's
+    Settings show them, so a Reset through the API (with what the page holds) keeps them, as does
+    a Reset of the stream itself."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from gradio_client import Client, handle_file
+
+    from hermes.cli.main import main
+    from tests.test_app import serve
+
+    saved = tmp_path / "rekv.hmem"
+    cli = ["stream", str(clips["short"]), "--model", "tiny", "--dtype", "fp32", "--policy", "rekv"]
+    cli += ["--param", "rekv.top_k=3", "--budget", "400", "--chunk-frames", "2", "--fps", "0.5"]
+    assert main([*cli, "--save-memory", str(saved)]) == 0
+    assert PolicySpec("hermes", history_tokens=0) != PolicySpec("hermes")
+    assert PolicySpec("rekv", top_k="3") == PolicySpec("rekv", {"rekv.top_k": 3}) != PolicySpec("rekv")
+
+    url, demo, registry = serve(llava_lm)
+    client = Client(url, verbose=False)
+    try:
+        client.predict(handle_file(str(saved)), api_name="/load_memory")
+        shown = client.predict(api_name="/stream_settings")
+        assert shown[0] == "rekv" and shown[-1] == "rekv.top_k=3"
+        before = client.predict(api_name="/metrics")["settings"]
+        client.predict(*shown, api_name="/reset")
+        after = client.predict(api_name="/metrics")["settings"]
+        assert (
+            (after["policy"], after["params"], after["budget"])
+            == ("rekv", ["rekv.top_k=3"], 400)
+            == (
+                before["policy"],
+                before["params"],
+                before["budget"],
+            )
+        )
+        (stream,) = registry._streams.values()  # the one viewer's
+        stream.reset()
+        assert stream.settings.policy == PolicySpec("rekv", top_k=3) and stream.settings.params == ("rekv.top_k=3",)
+    finally:
+        client.close()
         demo.close()
         registry.shutdown()

@@ -187,9 +187,9 @@ def test_past_the_budget_bytes_are_flat_and_questions_leave_everything_bit_ident
 def test_compare_mode_and_a_standing_question_on_a_live_stream(worker, qwen35_lm, clips):
     """Compare (hermes beside fifo) with a standing question, through the app's serving layer: the
     published map names the attention layers and the states, and both memories hold their budget."""
+    from hermes.runtime.settings import StreamSettings
     from hermes.serving.admission import cache_bytes_for
     from hermes.serving.live import LiveStream
-    from hermes.serving.settings import StreamSettings
     from tests.helpers import streamed
 
     settings = StreamSettings(budget=60, chunk_frames=2, fps=FPS, compare=True)
@@ -198,16 +198,16 @@ def test_compare_mode_and_a_standing_question_on_a_live_stream(worker, qwen35_lm
         stream.watch("Is there a red square?")
         streamed(stream, clips["short"], settings=settings)
         view = stream.view()
-        assert set(view.snapshots) == {"hermes", "fifo"}
+        assert {p.name for p in view.snapshots} == {"hermes", "fifo"}
         for policy, snap in view.snapshots.items():
             assert snap.layer_names() == [3, 7, 11] and snap.state_layers == 9
             alone = cache_bytes_for(qwen35_lm, StreamSettings(budget=60, chunk_frames=2, fps=FPS, policy=policy))
             assert snap.cache_bytes == alone  # past the budget: what admission reserved, states included
         metrics = stream.metrics()
         assert metrics["kv_layers"]["hermes"] == [3, 7, 11] and metrics["state_bytes"]["fifo"] == qwen35_lm.state_bytes
-        assert {p.policy for p in view.watch_history} == {"hermes", "fifo"}
+        assert {p.policy.name for p in view.watch_history} == {"hermes", "fifo"}
         done = [e for e in stream.ask("What happened?", max_new_tokens=3).events() if e.done]
-        assert [e.policy for e in done] == ["hermes", "fifo"] and all(e.error is None for e in done)
+        assert [e.policy.name for e in done] == ["hermes", "fifo"] and all(e.error is None for e in done)
     finally:
         stream.close()
 
@@ -266,8 +266,8 @@ def test_eval_scores_a_benchmark_file_on_qwen35(qwen35_lm, eval_videos, tmp_path
 def test_admission_splits_keys_and_states_over_devices_by_their_layers(qwen35_lm, monkeypatch):
     """With layers 0-7 on one GPU and 8-11 on another, the first holds 2 of the 3 attention layers'
     keys and values and 6 of the 9 states."""
+    from hermes.runtime.settings import StreamSettings
     from hermes.serving import admission
-    from hermes.serving.settings import StreamSettings
 
     settings = StreamSettings(budget=256, chunk_frames=2, fps=FPS)
     total = admission.cache_bytes_for(qwen35_lm, settings)

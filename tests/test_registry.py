@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from hermes.engine.methods import PolicySpec
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.admission import Busy, cache_bytes_for, default_memory_cap, full_slot_limit, prefix_len
 from hermes.serving.answers import batch_memory_cap
 from hermes.serving.registry import StreamRegistry
-from hermes.serving.settings import StreamSettings
 from hermes.video.chunking import Chunker
 from tests.helpers import SMALL, streamed, wait_for
 
@@ -129,7 +130,7 @@ def test_closing_a_tab_mid_stream_frees_its_memory_and_reader(llava_lm, clips):
         stream = registry.get("tab")
         stream.start_file(clips["short"], speed="1x")  # 8 s of video: still streaming below
         assert wait_for(lambda: stream.view().frames_seen > 0, 30)
-        reader, memory = stream.feed.source.thread, weakref.ref(stream._memories.sessions["hermes"].memory)
+        reader, memory = stream.feed.source.thread, weakref.ref(stream._memories.sessions[PolicySpec("hermes")].memory)
         assert reader.is_alive() and registry.reserved_bytes() > 0 and stream.status().state == "streaming"
         assert registry.close("tab")
         assert not reader.is_alive() and stream.status().state == "closed"

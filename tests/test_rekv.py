@@ -351,9 +351,9 @@ def test_bench_reports_retrieval_device_and_host_memory_against_hermes(llava_lm)
 
 
 def test_app_compares_hermes_with_rekv_and_stops_rekv_at_its_host_cap(worker, llava_lm, clips):
+    from hermes.runtime.settings import StreamSettings
     from hermes.serving.admission import MB, block_tokens_bound, cache_bytes_for, host_bytes_for
     from hermes.serving.live import LiveStream
-    from hermes.serving.settings import StreamSettings
     from tests.helpers import wait_for
 
     settings = StreamSettings(
@@ -372,8 +372,8 @@ def test_app_compares_hermes_with_rekv_and_stops_rekv_at_its_host_cap(worker, ll
         assert status.error is None and "host store reached its cap (1.2 MB)" in status.note
         assert stream.view().frames_seen < 8
         done = [e for e in stream.ask(QUESTION, max_new_tokens=2).events() if e.done]
-        assert sorted(e.policy for e in done) == ["hermes", "rekv"]  # rekv answered alone, beside the batch
-        rekv = next(e for e in done if e.policy == "rekv")
+        assert sorted(e.policy.name for e in done) == ["hermes", "rekv"]  # rekv answered alone, beside the batch
+        rekv = next(e for e in done if e.policy.name == "rekv")
         assert 0 < rekv.update.retrieval_ms < rekv.update.ttft_ms and rekv.update.retrieved_bytes > 0
         from ui.callbacks import answer_message
 

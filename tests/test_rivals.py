@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from hermes.engine.methods import PolicyError, make_policy, parse_policy, policy_names
+from hermes.engine.methods import PolicyError, PolicySpec, make_policy, parse_policy, policy_names
 from hermes.memory.cache import ChunkMeta, HermesCache, rank_within_frame
 from hermes.memory.compression import compress
 from hermes.memory.config import HermesConfig
@@ -90,9 +90,13 @@ def test_bad_parameters_fail_clearly(params, words):
 
 def test_names_compose_and_parameters_reach_their_dataclass():
     spec = parse_policy("Hermes+DTD")
-    assert spec == "hermes+dtd" and (spec.method.name, [f.name for f in spec.filters]) == ("hermes", ["dtd"])
+    assert spec.name == "hermes+dtd" and (spec.method.name, [f.name for f in spec.filters]) == ("hermes", ["dtd"])
     pol = make_policy("fifo+dtd", HermesConfig(budget=7), {"dtd.threshold": 0.9})
-    assert pol.name == "fifo+dtd" and pol.input_filter == DifferentialDrop(0.9) and pol.capacity == 7
+    assert (
+        pol.name == PolicySpec("fifo+dtd", {"dtd.threshold": 0.9})
+        and pol.input_filter == DifferentialDrop(0.9)
+        and pol.capacity == 7
+    )
     assert make_policy("infinipot-v", HermesConfig(), {"infinipot-v.tar_ratio": "0.25"}).scorer == TarVan(0.25)
     assert {"sink", "infinipot-v", "streammem", "hermes+dtd", "fifo+dtd"} <= set(policy_names())
     with pytest.raises(PolicyError, match="below the budget"):

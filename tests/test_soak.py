@@ -29,13 +29,15 @@ import os
 import numpy as np
 import pytest
 
+from hermes.engine.methods import PolicySpec
 from hermes.engine.metrics import process_rss
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
+from hermes.runtime.settings import StreamSettings
 from hermes.serving import chat, view
 from hermes.serving.jobs import Priority
-from hermes.serving.live import MAX_CHUNK_BACKLOG, LiveStream
-from hermes.serving.settings import StreamSettings
+from hermes.serving.links import MAX_CHUNK_BACKLOG
+from hermes.serving.live import LiveStream
 from hermes.video.chunking import Chunker
 from tests.helpers import wait_for
 
@@ -189,7 +191,7 @@ def test_a_webcam_stream_keeps_its_host_memory_flat(worker, qwen_lm, frozen_gc):
             if chunk > WARMUP:
                 assert worker.wait_idle("cam", 60)
                 readings.append(rss_mib())
-                cache_bytes.add(stream.view().snapshots["hermes"].cache_bytes)
+                cache_bytes.add(stream.view().snapshots[PolicySpec("hermes")].cache_bytes)
         assert worker.wait_idle("cam", 60)
         status, view = stream.status(), stream.view()
         assert status.dropped_frames == 0 and view.chunks == WARMUP + SOAK_CHUNKS

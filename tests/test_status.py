@@ -8,8 +8,8 @@ import time
 import pytest
 
 from hermes.engine.methods import parse_policy
+from hermes.runtime.readers import FileSource, PlayClock
 from hermes.serving import LiveView, StreamSettings, StreamStatus
-from hermes.serving.sources import FileSource, PlayClock
 from hermes.serving.view import ChunkRecord
 from hermes.video.decoding import VideoFile
 from tests.helpers import chunk_report

@@ -27,7 +27,7 @@ def echo():
 def test_the_registry_takes_it_with_its_look_and_input_filters():
     assert NAME in policy_names() and f"{NAME}+dtd" in policy_names()
     spec = parse_policy(f"{NAME}+dtd")
-    assert (spec.label, spec.colour, spec.base) == ("Echo + DTD", "#0891b2", NAME)
+    assert (spec.label, spec.colour, spec.base.name) == ("Echo + DTD", "#0891b2", NAME)
     with pytest.raises(ValueError, match="taken"):
         register(METHOD)
 

@@ -26,6 +26,7 @@ from hermes.serving import (
     LiveStream,
     LiveView,
     NetworkNumbers,
+    PageKeys,
     QuestionError,
     StreamRegistry,
     StreamSettings,
@@ -39,6 +40,7 @@ from hermes.serving import (
     bundled_samples,
     keep_up_hint,
     suggestions_markdown,
+    unpack_frames,
 )
 from ui import figures
 from ui.stills import still
@@ -286,26 +288,42 @@ class AskAdmission:
 class Callbacks:
     """The app's event handlers, bound to one registry of live streams."""
 
-    def __init__(self, registry: StreamRegistry, viewers: Viewers | None = None, urls: UrlPolicy | None = None) -> None:
+    def __init__(
+        self,
+        registry: StreamRegistry,
+        viewers: Viewers | None = None,
+        urls: UrlPolicy | None = None,
+        keys: PageKeys | None = None,
+    ) -> None:
         self.registry = registry
         self.viewers = viewers  # the viewers' checkpoints, with a state folder
+        # On a cluster, streams are keyed by the key each page's browser keeps (else by page session):
+        # a page reloaded, or served by another front end, finds its stream again.
+        self.keys = keys
         self.urls = urls or UrlPolicy()  # the network streams viewers may open (default: none)
         self.live: LiveOutputs | None = None  # set by the layout once the page's parts exist
-        self.admission = AskAdmission(self._stream)  # the ask events' validator
+        self.admission = AskAdmission(self.stream_of)  # the ask events' validator
         self.gpu = registry.lm.device.type == "cuda"
         self.samples = bundled_samples(registry.lm)  # title -> Sample; the model's own first
-        # Per stream: the view version and status text last sent by the timer (gone with the stream).
-        self._sent: weakref.WeakKeyDictionary[LiveStream, tuple[int, str]] = weakref.WeakKeyDictionary()
-        # The chat version each stream's page was last sent, by the timer or an answer (see `tick`).
-        self._sent_chat: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
+        # Per stream and page session (gone with the stream; a cluster's stream may have several pages,
+        # one per tab of its browser): the view version and status text last sent by the timer, and
+        # the chat version last sent, by the timer or an answer (see `tick`).
+        self._sent: weakref.WeakKeyDictionary[LiveStream, dict[str, tuple[int, str]]] = weakref.WeakKeyDictionary()
+        self._sent_chat: weakref.WeakKeyDictionary[LiveStream, dict[str, int]] = weakref.WeakKeyDictionary()
         # The answers streaming into each stream's chat now: while one does, the chat is theirs to send.
         self._answering: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
         self._answering_lock = threading.Lock()
         # The number of the next alert each stream's chat has yet to show.
         self._alerts_shown: weakref.WeakKeyDictionary[LiveStream, int] = weakref.WeakKeyDictionary()
 
-    def _stream(self, request: gr.Request) -> LiveStream:
-        stream = self.registry.get(request.session_hash or "anonymous")
+    def key(self, request: gr.Request) -> str:
+        """The key of the viewer's stream: its page session's, or on a cluster its browser's key."""
+        session = request.session_hash or "anonymous"
+        return (self.keys and self.keys.key_of(session)) or session
+
+    def stream_of(self, request: gr.Request) -> LiveStream:
+        """The viewer's stream (made on first use)."""
+        stream = self.registry.get(self.key(request))
         assert stream is not None  # get() creates it
         if self.viewers is not None:  # checkpointed under the key the page's browser keeps
             self.viewers.attach(request.session_hash or "anonymous", stream.files)
@@ -326,13 +344,20 @@ class Callbacks:
     def start_file(
         self, video: str | None, speed: str, request: gr.Request, **settings: object
     ) -> tuple[str, list, str]:
-        """Stream an uploaded video file into fresh memories with `settings`; returns the status line."""
+        """Stream an uploaded video file (or a zip of frame images, one a frame at the stream's fps)
+        into fresh memories with `settings`; returns the status line."""
         if not video:
-            raise refused("Upload a video file first (mp4, webm, avi, mov ...).")
-        return self._start(Path(video), speed, settings_from(settings), request)
+            raise refused("Upload a video file first (mp4, webm, avi, mov ...), or a zip of frame images.")
+        path = Path(video)
+        if path.suffix.lower() == ".zip":
+            try:  # beside the upload, in Gradio's upload folder: it goes when the upload does
+                path = unpack_frames(path, path.with_name(f"{path.stem}-frames"))
+            except VideoError as exc:
+                raise refused(str(exc)) from exc
+        return self._start(path, speed, settings_from(settings), request)
 
     def _start(self, path: Path, speed: str, settings: StreamSettings, request: gr.Request) -> tuple[str, list, str]:
-        stream = self._stream(request)
+        stream = self.stream_of(request)
         try:
             if stream.files.resumable is not None:  # a memory loaded from a file: the video goes on in it
                 stream.files.go_on(path, speed)
@@ -346,7 +371,7 @@ class Callbacks:
         """Watch a network stream (RTSP, RTMP, SRT, HLS, MJPEG, MP4 over HTTP) in fresh memories with
         `settings`, if this server allows its URL; returns the status line. A stream that does not open
         says why within seconds, and a running stream goes on meanwhile."""
-        stream = self._stream(request)
+        stream = self.stream_of(request)
         try:
             stream.start_url(url or "", self.urls, settings_from(settings))
         except (VideoError, Busy, ValueError) as exc:
@@ -357,18 +382,18 @@ class Callbacks:
         """Feed one webcam frame (the first one starts a webcam stream with `settings`)."""
         if frame is None:
             return
-        stream = self._stream(request)
+        stream = self.stream_of(request)
         try:
             stream.push_frame(frame, settings_from(settings))
         except (Busy, ValueError) as exc:
             raise refused(str(exc)) from exc
 
     def set_speed(self, speed: str, request: gr.Request) -> None:
-        self._stream(request).feed.set_speed(speed)
+        self.stream_of(request).feed.set_speed(speed)
 
     def pause(self, request: gr.Request) -> tuple[str, str]:
         """Pause a running stream, or resume a paused one; returns the status and the button label."""
-        stream = self._stream(request)
+        stream = self.stream_of(request)
         if stream.status().state is StreamState.PAUSED:
             stream.resume()
         else:
@@ -378,20 +403,20 @@ class Callbacks:
 
     def stop(self, request: gr.Request) -> str:
         """End the source; what was read reaches the model and questions still work."""
-        stream = self._stream(request)
+        stream = self.stream_of(request)
         stream.stop()
         return status_text(stream)
 
     def reset(self, request: gr.Request, **settings: object) -> tuple[str, list, str]:
         """Stop, clear the chat and the memories, and apply `settings`."""
-        stream = self._stream(request)
+        stream = self.stream_of(request)
         stream.reset(settings_from(settings))
         return status_text(stream), [], "Pause"
 
     # -- chat -------------------------------------------------------------------------------------
     def ask(self, question: str, request: gr.Request) -> Iterator[tuple[list, object]]:
         """Ask about the stream; yields the chat as the answer streams in, token by token."""
-        stream = self._stream(request)
+        stream = self.stream_of(request)
         try:
             ticket = self.admission.take(stream, question) or stream.ask(question)
         except QuestionError as exc:
@@ -410,7 +435,7 @@ class Callbacks:
         stream.chat.add({"role": "user", "content": inert(ticket.question)}, gen)
         self._count_answering(stream, +1)
         try:
-            yield self._chat_out(stream), ""
+            yield self._chat_out(stream, request), ""
             compare = len(stream.view().settings.policies) > 1
             slots: dict[str, int] = {}
             for event in ticket.events():
@@ -424,7 +449,7 @@ class Callbacks:
                         slots[event.policy] = stream.chat.add(message, gen)
                     else:
                         stream.chat.set(slots[event.policy], message, gen)
-                yield self._chat_out(stream), gr.skip()
+                yield self._chat_out(stream, request), gr.skip()
         finally:
             self._count_answering(stream, -1)
 
@@ -432,44 +457,27 @@ class Callbacks:
         with self._answering_lock:
             self._answering[stream] = self._answering.get(stream, 0) + step
 
-    def _chat_out(self, stream: LiveStream) -> list:
+    def _chat_out(self, stream: LiveStream, request: gr.Request) -> list:
         """The chat to send the page, noted as sent (its version read first: a later write goes out later)."""
-        self._sent_chat[stream] = stream.chat.version
+        self._sent_chat.setdefault(stream, {})[request.session_hash or "anonymous"] = stream.chat.version
         return stream.chat.messages()
-
-    # -- standing questions ---------------------------------------------------------------------
-    def watch(self, question: str, request: gr.Request) -> tuple[gr.Dropdown, str]:
-        """Add a standing question; returns the list (the new one selected) and clears the box."""
-        try:
-            watching = self._stream(request).watch(question)
-        except WatchError as exc:
-            raise refused(str(exc)) from exc
-        return watch_choices(watching, watching[-1]), ""
-
-    def unwatch(self, question: str | None, request: gr.Request) -> gr.Dropdown:
-        """Remove a standing question; returns the list."""
-        try:
-            watching = self._stream(request).unwatch(question or "")
-        except WatchError as exc:
-            raise refused(str(exc)) from exc
-        return watch_choices(watching, None)
 
     # -- reading ------------------------------------------------------------------------------
     def metrics(self, request: gr.Request) -> dict:
         """The stream's numbers: frames, cache bytes per policy, memory, and recent answers' timings."""
-        return self._stream(request).metrics()
+        return self.stream_of(request).metrics()
 
     def keepalive(self, request: gr.Request) -> dict:
         """Renew the session's lease (as any request does): its stream's state, and the seconds of
         silence after which it is stopped and its memory freed."""
-        stream = self.registry.get(request.session_hash or "anonymous", create=False)
+        stream = self.registry.get(self.key(request), create=False)
         state = "none" if stream is None else str(stream.status().state)
         return {"state": state, "lease_s": self.registry.lease_s}
 
     def tick(self, request: gr.Request) -> dict:
         """Timer: redraw what changed (frame, status, the plots, metrics) and show new alerts in the
         chat; the parts of `live` that did not change are left out (Gradio keeps them)."""
-        key = request.session_hash or "anonymous"
+        key = self.key(request)
         stream = self.registry.get(key, create=False)
         if stream is None:  # none yet, or it lapsed while the page was away (asleep, say): say so once
             note = self.registry.pop_lapsed(key)
@@ -486,11 +494,13 @@ class Callbacks:
         # streams into it: the answer's updates and the timer's are two events, and a timer's older
         # copy that reached the page after the answer's last update took the finished answer back
         # for a tick. An alert that lands meanwhile goes out with the answer's next update.
-        if not self._answering.get(stream) and stream.chat.version != self._sent_chat.get(stream):
-            changed[live.chat] = self._chat_out(stream)
+        session = request.session_hash or "anonymous"
+        if not self._answering.get(stream) and stream.chat.version != self._sent_chat.get(stream, {}).get(session):
+            changed[live.chat] = self._chat_out(stream, request)
         status = status_text(stream)
-        version, sent_status = self._sent.get(stream, (-1, ""))
-        self._sent[stream] = (view.version, status)
+        sent = self._sent.setdefault(stream, {})
+        version, sent_status = sent.get(session, (-1, ""))
+        sent[session] = (view.version, status)
         if status != sent_status:
             changed[live.status] = status
         if view.version != version:
@@ -514,5 +524,32 @@ class Callbacks:
         self._alerts_shown[stream] = view.alert_count
 
     def unload(self, request: gr.Request) -> None:
-        """The tab closed: free its stream (memories, queued jobs, reader thread)."""
-        self.registry.close(request.session_hash or "anonymous")
+        """The tab closed: free its stream (memories, queued jobs, reader thread). On a cluster the
+        stream stays for its browser's key until its lease lapses, for the page to come back to."""
+        if self.keys is None:
+            self.registry.close(self.key(request))
+        else:
+            self.keys.forget(request.session_hash or "anonymous")
+
+
+class WatchCallbacks:
+    """The standing questions' handlers, over the app's `Callbacks` (which find each viewer's stream)."""
+
+    def __init__(self, cb: Callbacks) -> None:
+        self.cb = cb
+
+    def watch(self, question: str, request: gr.Request) -> tuple[gr.Dropdown, str]:
+        """Add a standing question; returns the list (the new one selected) and clears the box."""
+        try:
+            watching = self.cb.stream_of(request).watch(question)
+        except WatchError as exc:
+            raise refused(str(exc)) from exc
+        return watch_choices(watching, watching[-1]), ""
+
+    def unwatch(self, question: str | None, request: gr.Request) -> gr.Dropdown:
+        """Remove a standing question; returns the list."""
+        try:
+            watching = self.cb.stream_of(request).unwatch(question or "")
+        except WatchError as exc:
+            raise refused(str(exc)) from exc
+        return watch_choices(watching, None)

@@ -13,6 +13,7 @@ from hermes.serving import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_PREPARING,
     CheckpointStore,
+    PageKeys,
     StreamRegistry,
     StreamSettings,
     Tier,
@@ -22,7 +23,7 @@ from hermes.serving import (
     layer_tiers,
 )
 from ui import panels
-from ui.callbacks import Callbacks
+from ui.callbacks import Callbacks, WatchCallbacks
 from ui.memory_files import FileCallbacks, files_panel, wire_files
 
 CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
@@ -119,17 +120,20 @@ def build_app(
     checkpoints: CheckpointStore | None = None,
     lease_s: float = DEFAULT_LEASE_S,
     urls: UrlPolicy | None = None,
+    browser_secret: str | None = None,
 ) -> gr.Blocks:
     """The Blocks app. Pass `registry` to keep a handle on the viewers' streams (tests shut it down);
     otherwise one is made with `max_streams`, `memory_cap_bytes` and `lease_s` (see StreamRegistry).
     With `checkpoints`, each viewer's memory is checkpointed there and offered back after a restart;
-    `urls`: the network streams viewers may open (default: none)."""
+    `urls`: the network streams viewers may open (default: none). With `browser_secret` (a cluster's
+    front end) each stream is keyed by the key its viewer's browser keeps, encrypted with it."""
     if registry is None:
         registry = StreamRegistry(
             lm, settings=settings, max_streams=max_streams, memory_cap_bytes=memory_cap_bytes, lease_s=lease_s
         )
     s = registry.settings
-    cb = Callbacks(registry, None if checkpoints is None else Viewers(checkpoints), urls)
+    keys = None if browser_secret is None else PageKeys()
+    cb = Callbacks(registry, None if checkpoints is None else Viewers(checkpoints), urls, keys)
     banner = model_banner(lm, load_error)
 
     # Gradio keeps files it serves (frames shown) in its cache: clear them every 10 min, after 30.
@@ -147,14 +151,14 @@ def build_app(
                 source = panels.sources(cb.samples, cb.urls)
                 frame, status = panels.now_showing()
                 controls = panels.settings_controls(s)
-                files = files_panel(checkpoints)
+                files = files_panel(checkpoints, browser_secret)
             with gr.Column(scale=7, min_width=400):
                 talk = panels.chat()
         inside = panels.memory()
         cb.live = panels.live_outputs(frame, status, talk, inside)
         _wire(cb, source, controls, talk, inside)
         demo.unload(cb.unload)
-        wire_files(demo, files, FileCallbacks(cb), status, talk.chatbot)
+        wire_files(demo, files, FileCallbacks(cb), status, talk.chatbot, controls)
     demo.queue(max_size=QUEUE_MAX_SIZE, default_concurrency_limit=DEFAULT_CONCURRENCY)
     return demo
 
@@ -204,13 +208,16 @@ def _wire(
         "validator": cb.admission.validate,
     }
     asked = [talk.chatbot, talk.question]
+    standing = WatchCallbacks(cb)
     talk.ask.click(cb.ask, talk.question, asked, api_name="ask", **asking)
     talk.question.submit(cb.ask, talk.question, asked, api_visibility="private", **asking)
-    talk.watch.click(cb.watch, talk.watch_question, [talk.watching, talk.watch_question], api_name="watch", **quick)
-    talk.watch_question.submit(
-        cb.watch, talk.watch_question, [talk.watching, talk.watch_question], api_visibility="private", **quick
+    talk.watch.click(
+        standing.watch, talk.watch_question, [talk.watching, talk.watch_question], api_name="watch", **quick
     )
-    talk.unwatch.click(cb.unwatch, talk.watching, talk.watching, api_name="unwatch", **quick)
+    talk.watch_question.submit(
+        standing.watch, talk.watch_question, [talk.watching, talk.watch_question], api_visibility="private", **quick
+    )
+    talk.unwatch.click(standing.unwatch, talk.watching, talk.watching, api_name="unwatch", **quick)
     inside.refresh.click(cb.metrics, None, inside.metrics, api_name="metrics", **quick)
     gr.api(cb.keepalive, api_name="keepalive", concurrency_limit=None)
     gr.Timer(TICK_S).tick(cb.tick, None, cb.live.components(), api_visibility="private", **quick)

@@ -28,7 +28,8 @@ from ui.callbacks import FRAME_LABEL, LiveOutputs, refused
 
 # What the upload box takes: any video/* type, animated GIFs, and the phone and camcorder extensions
 # that Python's mime table leaves out or files as something else (.3gp as audio, .mts as a 3D model).
-UPLOAD_TYPES = ["video", ".gif", ".3gp", ".3g2", ".mts", ".m2ts", ".ts"]
+# A zip of frame images streams as a folder of frames would (one image a frame at the stream's fps).
+UPLOAD_TYPES = ["video", ".gif", ".3gp", ".3g2", ".mts", ".m2ts", ".ts", ".zip"]
 
 MAP_CAPTION = (
     "**Retained-token map.** Each row is a decoder layer (shallow at the bottom, deep at the top); each column "
@@ -124,7 +125,9 @@ def sources(samples: dict[str, Sample], urls: UrlPolicy) -> Sources:
             start_sample = gr.Button("▶ Stream the sample", variant="primary", elem_id="start-sample")
             suggestions = gr.Markdown(suggestions_markdown(samples[first]), elem_id="suggestions")
         with gr.Tab("Upload"):
-            upload = gr.File(label="Video file", file_types=UPLOAD_TYPES, type="filepath", height=120)
+            upload = gr.File(
+                label="Video file, or a .zip of frames", file_types=UPLOAD_TYPES, type="filepath", height=120
+            )
             start_upload = gr.Button("▶ Stream the upload", variant="primary", elem_id="start-upload")
         with gr.Tab("Webcam"):
             webcam = gr.Image(
@@ -197,6 +200,11 @@ def setting_slider(setting: str, bound: Bound, **kwargs: object) -> gr.Slider:
     return slider
 
 
+# The settings a viewer sets, in the order of their fields: the order the API takes them in (the
+# positions a memory may use and the host memory cap are the server's).
+SETTING_CONTROLS = tuple(f.name for f in fields(StreamSettings) if f.name not in ("max_positions", "host_cap_mb"))
+
+
 def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
     """The Settings controls, keyed by the `StreamSettings` field each one sets, showing `s`."""
     bounds = setting_bounds(s)  # the same bounds hold a memory file loaded into a stream
@@ -248,9 +256,28 @@ def settings_controls(s: StreamSettings) -> dict[str, gr.components.Component]:
                 "third as long)",
                 elem_id="guidance-history",
             ),
+            "params": params_box(s),
         }
-    # In the order of the settings' fields: the order the API takes them in.
-    return {f.name: controls[f.name] for f in fields(StreamSettings) if f.name in controls}
+    return {name: controls[name] for name in SETTING_CONTROLS}
+
+
+def params_box(s: StreamSettings) -> gr.Textbox:
+    """The policies' parameters of `s`, as text the command line's --param takes, item by item."""
+    return gr.Textbox(
+        value=" ".join(s.params),
+        label="Policy parameters",
+        placeholder="rekv.top_k=8 hermes.keep_newest=true",
+        info="part.field=value, space-separated: constants of the policies' parts, as the command line's "
+        "--param takes them (a loaded memory's show here)",
+        elem_id="params",
+    )
+
+
+def settings_values(s: StreamSettings) -> tuple:
+    """`s` as the Settings controls hold it, in their order (`SETTING_CONTROLS`)."""
+    shown = {"policy": str(s.policy), "compare_policies": [str(p) for p in s.compare_policies]}
+    shown["params"] = " ".join(s.params)
+    return tuple(shown.get(name, getattr(s, name)) for name in SETTING_CONTROLS)
 
 
 def chat() -> Chat:

@@ -133,8 +133,8 @@ def _rivals(result: BenchResult) -> list[Headline]:
     hermes = _median(result.point(HERMES, FULL_TARGET_FRAMES))
     for policy in dict.fromkeys(as_spec(p.policy) for p in result.points):
         base = policy.base
-        if policy.build(HermesConfig()).fixed_size and base != HERMES and hermes:
-            ttft = _median(result.point(policy, FULL_TARGET_FRAMES))
+        if policy.build(HermesConfig()).fixed_size and base.name != HERMES and hermes:
+            ttft = _median(result.point(policy.name, FULL_TARGET_FRAMES))
             if ttft is not None:
                 name = f"{policy} TTFT / hermes TTFT at {FULL_TARGET_FRAMES} frames"
                 out.append(
@@ -143,14 +143,14 @@ def _rivals(result: BenchResult) -> list[Headline]:
                     )
                 )
         if policy.filters:
-            points = [p for p in result.points if p.policy == policy and p.status == OK]
+            points = [p for p in result.points if p.policy == policy.name and p.status == OK]
             encoded = sum(sum(p.tokens) + sum(p.dropped) for p in points)
             if encoded:
                 share = sum(sum(p.dropped) for p in points) / encoded
                 static = bool(result.meta.get("static_frames"))
                 clip = "a static clip" if static else "random frames, not held to the target"
                 out.append(Headline(f"{policy} tokens dropped ({clip})", share, f"{share:.0%}", "dtd_dropped", static))
-            with_dtd, without = _ingest_fps(result, policy), _ingest_fps(result, base)
+            with_dtd, without = _ingest_fps(result, policy.name), _ingest_fps(result, base.name)
             if with_dtd and without:
                 text = f"{with_dtd:.2f} / {without:.2f} frames/s = {with_dtd / without:.2f}x"
                 out.append(Headline(f"{policy} ingest frames/s / {base}'s", with_dtd / without, text, "dtd_ingest"))

@@ -370,7 +370,7 @@ def run_policy(
     points: list[Point] = []
     stopped: tuple[str, str] | None = None  # (status, note) that every later frame count inherits
     for target in settings.frames:
-        point = Point(policy, target)
+        point = Point(policy.name, target)
         points.append(point)
         if stopped is None and limit is not None and target > limit:
             stopped = (SKIPPED, f"past --full-max-frames {limit}")
@@ -431,7 +431,7 @@ def run_bench(lm: VideoLM, settings: BenchSettings, progress: bool = True) -> Be
     points: list[Point] = []
     with tqdm(total=sum(limits.values()), unit="frame", disable=not progress, file=sys.stderr) as bar:
         for policy in settings.policies:
-            bar.set_description(policy)
+            bar.set_description(policy.name)
             start = bar.n
             points += run_policy(lm, policy, settings, cap, bar.update)
             bar.update(start + limits[policy] - bar.n)  # a policy stopped early still fills its share

@@ -55,14 +55,8 @@ def parse_ints(text: str, option: str) -> tuple[int, ...]:
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from hermes.bench import (
-        DEFAULT_BENCH_MODEL,
-        DEFAULT_FRAMES,
-        DEFAULT_MAX_NEW_TOKENS,
-        DEFAULT_POLICIES,
-        DEFAULT_REPEATS,
-    )
-    from hermes.engine.methods import policy_names
+    """The `bench` subcommand: the models, what each point measures, the limits and the files."""
+    from hermes.bench import DEFAULT_BENCH_MODEL
     from hermes.models.loading import tiny_names
     from hermes.models.random7b import CPU_MAX_BILLIONS, RANDOM_MODELS
 
@@ -82,6 +76,20 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         policy=False,
         fps_help="timestamps of the synthetic frames (default: the model's)",
     )
+    _add_workload_options(p)
+    _add_limit_options(p)
+    p.add_argument("--json", default=None, metavar="FILE", help="also write every measurement to FILE")
+    p.add_argument("--html", default=None, metavar="FILE", help="also write a Plotly figure to FILE")
+    add_run_options(p)
+    p.set_defaults(func=cmd_bench)
+    return p
+
+
+def _add_workload_options(p: argparse.ArgumentParser) -> None:
+    """What is measured: the policies and their parameters, the frames, and each point's questions."""
+    from hermes.bench import DEFAULT_FRAMES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICIES, DEFAULT_REPEATS
+    from hermes.engine.methods import policy_names
+
     p.add_argument(
         "--policies",
         default=",".join(DEFAULT_POLICIES),
@@ -101,6 +109,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="times each question is asked per point")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="tokens decoded, for TPOT")
     p.add_argument("--frame-size", type=int, default=384, help="square frame side in pixels (384: 196 tokens/frame)")
+
+
+def _add_limit_options(p: argparse.ArgumentParser) -> None:
+    """How far a run may go: the memory cap, full's frame limit, and the 7B models on a CPU."""
     p.add_argument(
         "--memory-cap",
         default="auto",
@@ -116,11 +128,6 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         "quadratic prefill; no limit on a GPU; 0: no limit)",
     )
     p.add_argument("--allow-cpu-7b", action="store_true", help="let the random 7B models run on a CPU anyway")
-    p.add_argument("--json", default=None, metavar="FILE", help="also write every measurement to FILE")
-    p.add_argument("--html", default=None, metavar="FILE", help="also write a Plotly figure to FILE")
-    add_run_options(p)
-    p.set_defaults(func=cmd_bench)
-    return p
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from hermes.cli.options import (
     add_memory_options,
@@ -14,6 +15,9 @@ from hermes.cli.options import (
     model_options,
     parse_params,
 )
+
+if TYPE_CHECKING:
+    from hermes.engine.methods import PolicySpec
 
 
 def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -153,19 +157,20 @@ def _report_policy(args: argparse.Namespace, spec, config, out, summary: dict) -
     return 0
 
 
-def _report_policies(args: argparse.Namespace, spec, config, out, summaries: dict[str, dict]) -> int:
+def _report_policies(args: argparse.Namespace, spec, config, out, summaries: dict[PolicySpec, dict]) -> int:
     """Write each policy's summary beside its results and print one table, a column per policy."""
     from hermes.eval.policies import policy_out, render_policy_table
     from hermes.eval.summary import official_scores
 
     for name, summary in summaries.items():
-        summary["settings"] = {"bench": args.bench, "model": args.model, "policy": name, "limit": args.limit}
+        summary["settings"] = {"bench": args.bench, "model": args.model, "policy": name.name, "limit": args.limit}
+        summary["settings"]["params"] = dict(name.params)
         summary["settings"] |= config.to_dict()
         summary["official"] = official_scores(args.bench, summary)
         path = policy_out(out, name)
         path.with_name(path.stem + ".summary.json").write_text(json.dumps(summary, indent=2))
     title = (
-        f"{spec.name}: {args.model}, policies {', '.join(summaries)}, budget {config.budget}, "
+        f"{spec.name}: {args.model}, policies {', '.join(map(str, summaries))}, budget {config.budget}, "
         f"{config.chunk_frames}-frame chunks at {config.fps:g} fps, {config.reindex} re-indexing"
     )
     print(render_policy_table(summaries, title), flush=True)

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from hermes.engine.methods import parse_params as parse_params  # the CLI's name for it
 from hermes.memory.config import HermesConfig
 
 FPS_HELP = "sampling rate (default: 0.5 LLaVA-OV, 1 Qwen2.5-VL and Qwen3-VL)"
@@ -127,14 +128,3 @@ def add_param_option(p: argparse.ArgumentParser) -> None:
         help="override one constant of a method or input filter, e.g. infinipot-v.tar_ratio=0.3, "
         "sink.sinks=8, simplestream.frames=8, rekv.similarity=cosine, dtd.threshold=0.7 (repeatable)",
     )
-
-
-def parse_params(items: list[str]) -> dict[str, str]:
-    """{`method.field`: value} from --param items; ValueError for one without `=`."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or "." not in key:
-            raise ValueError(f"--param wants METHOD.FIELD=VALUE, for example infinipot-v.tar_ratio=0.3; got {item!r}")
-        out[key.strip().lower()] = value.strip()
-    return out

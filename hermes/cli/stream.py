@@ -21,7 +21,7 @@ from hermes.cli.memory import (
     resumed_session,
     start_time,
 )
-from hermes.cli.options import add_memory_options, config_from_args, local_model_help, model_options, parse_params
+from hermes.cli.options import add_memory_options, config_from_args, local_model_help, model_options
 
 
 def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -83,15 +83,27 @@ def add_stream_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def parsed_policy(args: argparse.Namespace):
-    """--policy with its --param, parsed and checked (before the video opens or the model loads)."""
-    from hermes.engine.methods import parse_policies
+def stream_settings(args: argparse.Namespace, default_fps: float | None = None):
+    """What --policy, --param and the memory options ask for, as the one record of a stream's
+    settings (`StreamSettings`: the app's controls, its API and a memory file build the same), checked
+    once before the video opens or the model loads, then with the model's `default_fps`."""
+    from hermes.memory.config import HermesConfig
+    from hermes.runtime.settings import StreamSettings
 
-    return parse_policies([args.policy], config_from_args(args), parse_params(args.param))[0]
+    config = config_from_args(args, default_fps or HermesConfig.fps)
+    return StreamSettings(
+        policy=args.policy,
+        params=tuple(args.param),
+        budget=config.budget,
+        chunk_frames=config.chunk_frames,
+        fps=config.fps,
+        reindex=config.reindex,
+        host_cap_mb=args.host_cap_mb,
+    )
 
 
-def _session(args: argparse.Namespace, policy, memory=None):
-    """A new session of `policy` (parsed), or, with --load-memory, the saved one (`memory`, the
+def _session(args: argparse.Namespace, settings, memory=None):
+    """A new session of `settings`' policy, or, with --load-memory, the saved one (`memory`, the
     file already read)."""
     from hermes.engine.session import StreamingSession
     from hermes.models.loading import load_video_lm, requested_model
@@ -99,11 +111,11 @@ def _session(args: argparse.Namespace, policy, memory=None):
 
     placement = model_options(args)
     lm = load_video_lm(requested_model(args.model, placement.get("device")), **placement)
-    config = config_from_args(args, lm.default_fps)
-    host_cap = host_memory_cap(args.host_cap_mb)
+    host_cap = host_memory_cap(settings.host_cap_mb)
     if memory is not None:
         return resumed_session(args, memory, lm, host_cap)
-    return StreamingSession(lm, config, policy=policy, host_cap_bytes=host_cap)
+    settings = stream_settings(args, lm.default_fps)
+    return StreamingSession(lm, settings.config(), policy=settings.policy, host_cap_bytes=host_cap)
 
 
 def _answer_json(event, alert: bool = False) -> str:
@@ -187,12 +199,12 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     questions = [parse_ask(a) for a in args.ask]
     _check_watches(args)
-    policy = parsed_policy(args)
+    settings = stream_settings(args)
     memory = check_memory_file_options(args)  # a bad memory file fails before the model loads too
     if memory is not None:
         model_for(args, memory)
     source = _open_source(args)  # a bad file, or a stream that does not open, fails before the model loads
-    session = _session(args, policy, memory)
+    session = _session(args, settings, memory)
     if memory is None or args.watch_threshold != 0.5:  # a resumed stream keeps its saved threshold otherwise
         session.standing.set_threshold(args.watch_threshold)
     session.standing.answer_tokens = args.max_new_tokens
@@ -264,8 +276,8 @@ def _ctrl_c_ends(stop: threading.Event) -> Iterator[None]:
 def _open_source(args: argparse.Namespace):
     from hermes.runtime.sources import open_source
 
-    config = config_from_args(args)
-    return open_source(args.video, config.fps, config.chunk_frames, args.folder_fps)
+    settings = stream_settings(args)
+    return open_source(args.video, settings.fps, settings.chunk_frames, args.folder_fps)
 
 
 def _print_note(args: argparse.Namespace, note: dict, bar: Any) -> None:

@@ -4,9 +4,9 @@ the label, colour and plots the front ends show it with.
 A policy name is a method, optionally followed by `+` and an input filter: `hermes`, `fifo+dtd`.
 Each method's constants live once, in one dataclass (its scorer's, or its filter's); `params`
 override them by `method.field` (`infinipot-v.tar_ratio`). Names are parsed once, where they come
-in (the CLI, the app's settings, the API, a library caller), into a `PolicySpec`: a `str` equal
-to the canonical name, so that it stands wherever a name does (dict keys, JSON, tables), which
-knows its method, filter and parameters and builds its `Policy` for a memory configuration.
+in (the CLI, the app's settings, the API, a library caller), into a `PolicySpec`: a frozen value
+of the method, filter and parameters (equal and hashed by all of them, never equal to a bare
+name: `spec.name` is the name), which builds its `Policy` for a memory configuration.
 
 A new method is one `Method`: in `METHODS` here, or `register`ed from outside (a plug-in, a test),
 with its composition and, if it has one, its question-time step (`hermes.engine.policy`). Every
@@ -16,6 +16,7 @@ front end (stream, bench, eval, the app's Compare and API) then runs it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from hermes.engine.policy import Policy
 from hermes.engine.retrieval import Retrieval
 from hermes.memory.config import HermesConfig
-from hermes.memory.policies import PolicyError, StreamOrder, TieredScorer, with_params
+from hermes.memory.policies import PolicyError, StreamOrder, TieredScorer, typed_value, with_params
 from hermes.memory.rivals.dtd import DifferentialDrop
 from hermes.memory.rivals.infinipot import TarVan
 from hermes.memory.rivals.rekv import FrameRetrieval, FrameWindow
@@ -48,6 +49,7 @@ __all__ = [
     "PolicySpec",
     "as_spec",
     "make_policy",
+    "parse_params",
     "parse_policies",
     "parse_policy",
     "policy_help",
@@ -211,28 +213,67 @@ def _choices() -> str:
     return f"methods {', '.join(METHODS)}; input filters (after a method and '+') {', '.join(FILTERS)}"
 
 
-class PolicySpec(str):
-    """A policy name, parsed: equal to its canonical name (`hermes+dtd`), and knowing its method,
-    input filters and the parameters that concern them. `build` makes its `Policy` for a memory
-    configuration; `label`, `colour` and `plots` say how the front ends show it."""
+class PolicySpec:
+    """A policy, parsed: its method, input filters and the parameters that concern them
+    (`part.field`: value, typed as the part's constants are). A frozen value, equal to another spec,
+    and hashed, by its canonical name (`hermes+dtd`) and parameters together: a spec is never equal
+    to a bare name (compare `spec.name`), and `hermes` with `history_tokens=0` is not `hermes`.
+    `build` makes its `Policy` for a memory configuration; `label`, `colour` and `plots` say how the
+    front ends show it.
 
+    `PolicySpec("rekv", top_k=8)` names a parameter of the method by its field; `params` may name
+    any part's (`{"dtd.threshold": 0.1}`). PolicyError for an unknown part, field or value."""
+
+    __slots__ = ("filters", "method", "name", "params")
     method: Method
     filters: tuple[Filter, ...]
     params: Mapping[str, Any]
+    name: str
 
-    def __new__(cls, method: Method, filters: Sequence[Filter] = (), params: Mapping[str, Any] | None = None):
-        spec = super().__new__(cls, "+".join((method.name, *(f.name for f in filters))))
-        spec.method, spec.filters, spec.params = method, tuple(filters), MappingProxyType(dict(params or {}))
-        return spec
+    def __init__(self, name: str, params: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        method, filters = _parts(name)
+        given = dict(params or {}) | {f"{method.name}.{k}": v for k, v in fields.items()}
+        mine = _concerning([method.name, *(f.name for f in filters)], given)
+        for key in given:
+            if key not in mine:
+                raise PolicyError(f"parameter {key!r} is for no part of {name!r}; choose from {_choices()}")
+        typed = _typed(method, filters, mine)
+        for slot, value in (
+            ("method", method),
+            ("filters", tuple(filters)),
+            ("params", MappingProxyType(dict(sorted(typed.items())))),
+            ("name", "+".join((method.name, *(f.name for f in filters)))),
+        ):
+            object.__setattr__(self, slot, value)
+        self.build(HermesConfig(budget=1 << 30))  # the parameters' names, types and ranges, checked now
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a PolicySpec is frozen; make another (setting {name!r})")
+
+    def _key(self) -> tuple:
+        return self.name, tuple(self.params.items())
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, PolicySpec) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        params = f", {dict(self.params)!r}" if self.params else ""
+        return f"PolicySpec({self.name!r}{params})"
 
     def __reduce__(self) -> tuple:
-        return parse_policy, (str(self), dict(self.params))
+        return PolicySpec, (self.name, dict(self.params))
 
     def __copy__(self) -> PolicySpec:
         return self
 
     def __deepcopy__(self, memo: dict) -> PolicySpec:
-        return self  # immutable
+        return self  # frozen
 
     @property
     def label(self) -> str:
@@ -247,10 +288,15 @@ class PolicySpec(str):
         return self.method.plots
 
     @property
+    def param_args(self) -> tuple[str, ...]:
+        """The parameters as the command line's `--param` takes them (`rekv.top_k=8`)."""
+        return tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in self.params.items())
+
+    @property
     def base(self) -> PolicySpec:
         """The method alone, without its input filters."""
         own = {k: v for k, v in self.params.items() if k.split(".", 1)[0] == self.method.name}
-        return PolicySpec(self.method, (), own)
+        return PolicySpec(self.method.name, own)
 
     def build(self, config: HermesConfig) -> Policy:
         """The policy's parts for `config`, its parameters applied; PolicyError for one it refuses."""
@@ -259,6 +305,23 @@ class PolicySpec(str):
         policy = method.compose(config, with_params(constants, method.name, self.params))
         rules = [with_params(f.rule(), f.name, self.params) for f in self.filters]
         return replace(policy, name=self, input_filter=rules[0] if rules else None)
+
+
+def _typed(method: Method, filters: Sequence[Filter], params: Mapping[str, Any]) -> dict[str, Any]:
+    """`params` typed as the constants they set (a command line's "8" is 8, "false" is False), those
+    equal to their default left out, so that two specs of the same policy are equal; a value that does
+    not convert is left for `build` to refuse with its message."""
+    constants = None if method.constants is None else method.constants(HermesConfig(budget=1 << 30))
+    parts = {method.name: constants, **{f.name: f.rule() for f in filters}}
+    typed = {}
+    for key, value in params.items():
+        part, _, field = key.partition(".")
+        default = getattr(parts[part], field, None) if parts[part] is not None else None
+        with suppress(TypeError, ValueError):
+            value = value if default is None else typed_value(default, value)
+        if default is None or value != default:  # a default set again is the same policy
+            typed[key] = value
+    return typed
 
 
 def _parts(name: str) -> tuple[Method, list[Filter]]:
@@ -289,41 +352,49 @@ def _concerning(parts: Iterable[str], params: Mapping[str, Any] | None) -> dict[
     return {k: v for k, v in (params or {}).items() if k.split(".", 1)[0] in names}
 
 
+def parse_params(items: Iterable[str]) -> dict[str, str]:
+    """{`part.field`: value} from items written as the command line's `--param` takes them
+    (`rekv.top_k=8`); ValueError for one without `=` or a part."""
+    out = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip() or "." not in key:
+            raise ValueError(f"a parameter is METHOD.FIELD=VALUE, for example infinipot-v.tar_ratio=0.3; got {item!r}")
+        out[key.strip().lower()] = value.strip()
+    return out
+
+
 def parse_policy(name: str, params: Mapping[str, Any] | None = None) -> PolicySpec:
     """The spec of policy `name` (`hermes`, `fifo+dtd`, ...) with `params` (`part.field`: value),
     every one of which must concern its method or filter; PolicyError otherwise."""
-    method, filters = _parts(name)
-    mine = _concerning([method.name, *(f.name for f in filters)], params)
-    for key in params or {}:
-        if key not in mine:
-            raise PolicyError(f"parameter {key!r} is for no part of {name!r}; choose from {_choices()}")
-    spec = PolicySpec(method, filters, mine)
-    spec.build(HermesConfig(budget=1 << 30))  # the parameters' names, types and ranges, checked now
-    return spec
+    return PolicySpec(name, params)
 
 
 def parse_policies(
     names: Sequence[str], config: HermesConfig, params: Mapping[str, Any] | None = None
 ) -> tuple[PolicySpec, ...]:
-    """The specs of policies `names`, sharing `params`, each built once for `config` to check it;
-    PolicyError for any that cannot be built, a name given twice, or a parameter that concerns none."""
+    """The specs of policies `names` (names or specs), sharing `params`, each built once for `config`
+    to check it; PolicyError for any that cannot be built, a policy given twice, or a parameter that
+    concerns none."""
     specs = []
     for name in names:
-        method, filters = _parts(name)
-        spec = PolicySpec(method, filters, _concerning([method.name, *(f.name for f in filters)], params))
+        own = dict(name.params) if isinstance(name, PolicySpec) else {}
+        method, filters = _parts(str(name))
+        spec = PolicySpec(str(name), own | _concerning([method.name, *(f.name for f in filters)], params))
         spec.build(config)
         specs.append(spec)
     twice = [n for n in dict.fromkeys(specs) if specs.count(n) > 1]
     if twice:
-        raise PolicyError(f"policy {str(twice[0])!r} is named twice; give each policy once")
+        raise PolicyError(f"policy {twice[0].name!r} is named twice; give each policy once")
     used = {k for spec in specs for k in spec.params}
     for key in params or {}:
         if key not in used:
-            raise PolicyError(f"parameter {key!r} is for no part of {', '.join(specs)}; choose from {_choices()}")
+            named = ", ".join(s.name for s in specs)
+            raise PolicyError(f"parameter {key!r} is for no part of {named}; choose from {_choices()}")
     return tuple(specs)
 
 
-def as_spec(policy: str, params: Mapping[str, Any] | None = None) -> PolicySpec:
+def as_spec(policy: str | PolicySpec, params: Mapping[str, Any] | None = None) -> PolicySpec:
     """`policy` if it is already parsed (then `params` must be None), else its spec."""
     if isinstance(policy, PolicySpec):
         if params:

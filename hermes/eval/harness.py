@@ -247,29 +247,24 @@ def run_eval(
     from tqdm import tqdm
 
     items = items[: settings.limit] if settings.limit is not None else items
-    shard = shard or Shard()
-    out = Path(out)
-    members = _members(session)
-    if len(members) > 1 or members[0][0] is not None:
-        if shard.sharded:
-            raise ValueError("several policies run in one process: launch one sharded run per policy instead")
-        if any(isinstance(it, ProactiveItem) for it in items):
-            raise ValueError("proactive tasks keep state between polls: evaluate them one policy at a time")
+    shard, out = shard or Shard(), Path(out)
+    if isinstance(session, PolicyGroup):
+        _check_policy_run(items, shard)
         return _run_policies(lm, spec, items, problems, session, videos, out, settings, progress)
     part = shard.part(out)
     part.parent.mkdir(parents=True, exist_ok=True)
     groups = _by_video(items)
     mine = shard.take(groups)
     own_problems = problems if shard.rank == 0 else []
-    done = {q for q, r in read_results(part).items() if r["status"] == ANSWERED}
-    finder = VideoFinder(videos, spec.extensions)
-    letter_ids = letter_token_ids(lm, max((len(it.options) for it in items), default=0))
+    done = _answered(part)
+    answerer = _Answerer.for_run(lm, spec, items, videos, settings)
     total = sum(len(group) for group in mine)
     left = sum(it.qid not in done for group in mine for it in group)
     bar = tqdm(total=total, initial=total - left, unit="question", disable=not progress, file=sys.stderr)
     with bar, part.open("a", encoding="utf-8") as sink:
 
         def write(record: dict) -> None:
+            record.pop("policy", None)  # a lone session's records name no policy
             sink.write(json.dumps(record) + "\n")
             sink.flush()  # one whole line per question, on disk before the next one starts
             if record["qid"] not in malformed:
@@ -279,40 +274,68 @@ def run_eval(
         for problem in own_problems:
             write(_skip(problem, f"malformed entry: {problem.reason}"))
         for video_group in mine:
-            group = [it for it in video_group if it.qid not in done]
-            if group:
-                _answer_video(session, finder, group, letter_ids, settings, write)
+            answerer.answer_video(session, [it for it in video_group if it.qid not in done], write)
     qids = [it.qid for it in items] + [p.qid for p in problems]
     if not shard.sharded:
         return summarize(read_results(out), qids)
     return _merged_summary(out, shard, groups, problems, qids)
 
 
-def _answer_video(
-    session: StreamingSession,
-    finder: VideoFinder,
-    group: list[Item],
-    letter_ids: list[list[int]],
-    settings: EvalSettings,
-    write: Callable[[dict], None],
-) -> None:
-    """Stream the video of `group` (its questions, in order) and `write` a record per question:
-    answered, or skipped with the reason (no video, a damaged file, a bound of the policy)."""
-    path, why = finder.find(group[0])
-    if path is None:
-        for item in group:
-            write(_skip(item, why))
-        return
-    answered: set[str] = set()
-    try:
-        for record in _stream_video(session, path, group, letter_ids, settings, finder.whole(group[0], path)):
-            record.pop("policy", None)
-            answered.add(record["qid"])
-            write(record)
-    except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
-        for item in group:
-            if item.qid not in answered:
-                write(_skip(item, str(exc)))
+def _check_policy_run(items: list[Item], shard: Shard) -> None:
+    """Refuse what a run of several policies in one process cannot do: a shard, or proactive tasks."""
+    if shard.sharded:
+        raise ValueError("several policies run in one process: launch one sharded run per policy instead")
+    if any(isinstance(it, ProactiveItem) for it in items):
+        raise ValueError("proactive tasks keep state between polls: evaluate them one policy at a time")
+
+
+def _answered(path: Path) -> set[str]:
+    """The questions that the results file `path` holds an answer to."""
+    return {q for q, r in read_results(path).items() if r["status"] == ANSWERED}
+
+
+@dataclass(frozen=True)
+class _Answerer:
+    """What answering a video's questions takes besides the memory: where the videos are, the
+    token ids of the option letters and the run's settings."""
+
+    finder: VideoFinder
+    letter_ids: list[list[int]]
+    settings: EvalSettings
+
+    @classmethod
+    def for_run(
+        cls, lm: VideoLM, spec: BenchSpec, items: list[Item], videos: str | Path, settings: EvalSettings
+    ) -> _Answerer:
+        letter_ids = letter_token_ids(lm, max((len(it.options) for it in items), default=0))
+        return cls(VideoFinder(videos, spec.extensions), letter_ids, settings)
+
+    def answer_video(
+        self, session: StreamingSession | PolicyGroup, group: list[Item], write: Callable[[dict], None]
+    ) -> None:
+        """Stream the video of `group` (its questions, in order; none: nothing to do) and `write` a
+        record per question and policy (its "policy", None for a lone session): answered, or
+        skipped with the reason (no video, a damaged file, a bound of the policy)."""
+        if not group:
+            return
+        names = [name for name, _ in _members(session)]
+        path, why = self.finder.find(group[0])
+        if path is None:
+            for item in group:
+                for name in names:
+                    write({**_skip(item, why), "policy": name})
+            return
+        answered: set[tuple[str | None, str]] = set()
+        try:
+            whole = self.finder.whole(group[0], path)
+            for record in _stream_video(session, path, group, self.letter_ids, self.settings, whole):
+                answered.add((record.get("policy"), record["qid"]))  # a proactive task's record names none
+                write(record)
+        except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
+            for item in group:
+                for name in names:
+                    if (name, item.qid) not in answered:
+                        write({**_skip(item, str(exc)), "policy": name})
 
 
 def _merged_summary(
@@ -348,12 +371,9 @@ def _run_policies(
     paths = {name: policy_out(out, name) for name in group.sessions}
     for path in paths.values():
         path.parent.mkdir(parents=True, exist_ok=True)
-    done_by = {
-        name: {q for q, r in read_results(path).items() if r["status"] == ANSWERED} for name, path in paths.items()
-    }
+    done_by = {name: _answered(path) for name, path in paths.items()}
     done = set.intersection(*done_by.values())  # a question any policy still lacks is asked again of all
-    finder = VideoFinder(videos, spec.extensions)
-    letter_ids = letter_token_ids(lm, max((len(it.options) for it in items), default=0))
+    answerer = _Answerer.for_run(lm, spec, items, videos, settings)
     left = [[it for it in g if it.qid not in done] for g in _by_video(items)]
     total = len(items) * len(paths)
     bar = tqdm(total=total, initial=total - sum(map(len, left)) * len(paths), unit="answer", disable=not progress)
@@ -372,25 +392,7 @@ def _run_policies(
             for name in paths:
                 write({**_skip(problem, f"malformed entry: {problem.reason}"), "policy": name})
         for group_items in left:
-            if not group_items:
-                continue
-            path, why = finder.find(group_items[0])
-            if path is None:
-                for item in group_items:
-                    for name in paths:
-                        write({**_skip(item, why), "policy": name})
-                continue
-            answered: set[tuple[str, str]] = set()
-            try:
-                whole = finder.whole(group_items[0], path)
-                for record in _stream_video(group, path, group_items, letter_ids, settings, whole):
-                    answered.add((record["policy"], record["qid"]))
-                    write(record)
-            except (VideoError, StreamBound) as exc:  # a damaged file, or rekv's host cap or positions
-                for item in group_items:
-                    for name in paths:
-                        if (name, item.qid) not in answered:
-                            write({**_skip(item, str(exc)), "policy": name})
+            answerer.answer_video(group, group_items, write)
     finally:
         bar.close()
         for f in files.values():

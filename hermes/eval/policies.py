@@ -69,7 +69,7 @@ def render_policy_table(summaries: dict[str, dict], title: str) -> str:
         "",
         "Accuracy %, text (the benchmark's rule) / log-prob (best option letter); answered questions in brackets.",
         "",
-        "| task | " + " | ".join(policies) + " |",
+        "| task | " + " | ".join(map(str, policies)) + " |",
         "|---|" + "---:|" * len(policies),
     ]
 

@@ -19,6 +19,17 @@ def kv_bytes(tokens: int, heads: int, head_dim: int, itemsize: int, tensors: int
     return tensors * tokens * heads * head_dim * itemsize
 
 
+def grown_buffer(t: torch.Tensor, size: int, used: int) -> torch.Tensor:
+    """A new buffer like `t` (batch, heads, columns, dim) with `size` columns, its first `used`
+    columns copied from `t`."""
+    # A question longer than the reserved margin grows the buffer inside the model's inference
+    # mode; a buffer made there could not be rewritten in place by a later eviction.
+    with torch.inference_mode(False):
+        out = t.new_empty(*t.shape[:2], size, t.shape[-1])
+        out[..., :used, :] = t[..., :used, :]
+    return out
+
+
 class BufferLayer(CacheLayerMixin):
     """Keys and values (batch, heads, columns, dim) in a buffer: columns [start, length) are in use."""
 
@@ -83,6 +94,22 @@ class BufferLayer(CacheLayerMixin):
             raise ValueError(f"columns {at}..{at + n} are not in use ({self.start}..{self.length})")
         self._k[..., at : at + n, :] = keys.to(self._k.device, self._k.dtype, non_blocking=True)
         self._v[..., at : at + n, :] = values.to(self._v.device, self._v.dtype, non_blocking=True)
+
+    def columns(self, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of the buffer's columns [0, stop) (views, no copy)."""
+        return self._k[..., :stop, :], self._v[..., :stop, :]
+
+    def restore_columns(self, keys: torch.Tensor, values: torch.Tensor, allocated: int, device: torch.device) -> None:
+        """A new buffer of `allocated` columns on `device`, its first columns holding `keys` and
+        `values` (batch, heads, n, dim), as `columns` gave them."""
+        shape = (*keys.shape[:2], allocated, keys.shape[3])
+        n = keys.shape[2]
+        with torch.inference_mode(False):  # storage the engine rewrites in place later (see grown_buffer)
+            self._k = torch.zeros(shape, dtype=keys.dtype, device=device)
+            self._v = torch.zeros(shape, dtype=keys.dtype, device=device)
+            self._k[..., :n, :], self._v[..., :n, :] = keys, values
+        self.is_initialized = True
+        self.start, self.length = 0, n
 
     def get_seq_length(self, *_: object) -> int:
         return self.length - self.start

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
-from hermes.memory.buffer import BufferLayer, kv_bytes
+from hermes.memory.buffer import BufferLayer, grown_buffer, kv_bytes
 from hermes.memory.config import HermesConfig
 from hermes.memory.hybrid import HybridCache
+from hermes.memory.means import group_mean, phase_aligned, running_mean
 from hermes.memory.rope import RopeSpec, compact_positions, rotate_keys
 from hermes.memory.selection import Merge
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
@@ -154,18 +155,19 @@ class HermesLayer(BufferLayer):
         if need <= self.allocated:
             return
         size = max(need, total if total is not None else self.allocated * 3 // 2)
-        self._k, self._v = (self._grown(t, size, self.length) for t in (self._k, self._v))
+        self._k, self._v = (grown_buffer(t, size, self.length) for t in (self._k, self._v))
         if self._k0 is not None:
-            self._k0 = self._grown(self._k0, size, self.committed)
+            self._k0 = grown_buffer(self._k0, size, self.committed)
 
-    @staticmethod
-    def _grown(t: torch.Tensor, size: int, used: int) -> torch.Tensor:
-        # A question longer than the reserved margin grows the buffer inside the model's inference
-        # mode; a buffer made there could not be rewritten in place by a later eviction.
+    def origin_columns(self) -> torch.Tensor | None:
+        """The slots' origin keys (16-bit caches only; the prefix's are never read, nor saved)."""
+        return None if self._k0 is None else self._k0[..., self.prefix_len : self.committed, :]
+
+    def restore_origins(self, origins: torch.Tensor) -> None:
+        """Origin keys for the slots of a layer restored with `restore_columns` (its prefix set)."""
         with torch.inference_mode(False):
-            out = t.new_empty(*t.shape[:2], size, t.shape[-1])
-            out[..., :used, :] = t[..., :used, :]
-        return out
+            self._k0 = torch.zeros_like(self._k)
+            self._k0[..., self.prefix_len : self.prefix_len + origins.shape[2], :] = origins
 
     def nbytes(self) -> int:
         """Bytes of keys and values of the memory (prefix and slots)."""
@@ -239,43 +241,46 @@ class HermesLayer(BufferLayer):
         prototype), keys phase-aligned to it first, as the summary's are."""
         if self.length != self.committed:
             raise RuntimeError("discard or commit the scratch tokens before evicting")
-        p, off = self.prefix_len, self.video_offset
-        prototypes = [self._merge(m.slots + off, m.weights) for m in merges]  # read before the buffers move
+        if self.has_summary and not summarise:
+            raise RuntimeError("a layer with a summary slot must keep summarising")
+        p, off, head = self.prefix_len, self.video_offset, int(summarise)
         mask = torch.ones(self.slots - off, dtype=torch.bool)
         mask[keep] = False
         evicted = mask.nonzero().squeeze(1)
-        if summarise:
-            k_sum, v_sum = self._fold(evicted + off)
-        elif self.has_summary:
-            raise RuntimeError("a layer with a summary slot must keep summarising")
-        kept_slots = keep + off
-        src = (p + kept_slots).to(self.device)
-        head = 1 if summarise else 0
+        # The prototypes and the summary are read before the buffers move.
+        prototypes = [self._merge(m.slots + off, m.weights) for m in merges]
+        summary = self._fold(evicted + off) if summarise else None
+        src = (p + keep + off).to(self.device)
         # index_select makes a temporary; the buffers themselves are rewritten, never replaced.
         for t in self._buffers():
             t[..., p + head : p + head + keep.numel(), :] = t.index_select(-2, src)
-        if merges:
-            where = {int(slot): i for i, slot in enumerate(keep)}
-            for merge, values in zip(merges, prototypes, strict=True):
-                at = p + head + where[int(merge.slots[0])]
-                for t, value in zip(self._buffers(), values, strict=True):
-                    t[..., at : at + 1, :] = value
-        ids, frames, patches = self.stream_ids[kept_slots], self.frames[kept_slots], self.patches[kept_slots]
-        positions, origins, new_scores = self.positions[:, kept_slots], self.origins[:, kept_slots], scores.float()
-        if summarise:
-            for t, value in zip(self._buffers(), (k_sum, v_sum, k_sum), strict=False):
-                t[..., p : p + 1, :] = value
-            at_p = torch.full((self.rope.axes, 1), p, dtype=torch.long)
-            ids = torch.cat([torch.tensor([SUMMARY_ID]), ids])
-            frames = torch.cat([torch.tensor([-1]), frames])
-            patches = torch.cat([torch.tensor([-1]), patches])
-            positions, origins = torch.cat([at_p, positions], dim=1), torch.cat([at_p, origins], dim=1)
-            new_scores = torch.cat([torch.tensor([float("nan")]), new_scores])
+        column = {int(slot): p + head + i for i, slot in enumerate(keep)}
+        for merge, values in zip(merges, prototypes, strict=True):
+            self._write_column(column[int(merge.slots[0])], values)
+        if summary is not None:
+            self._write_column(p, summary)
             self.summary_count += evicted.numel()
-        self.stream_ids, self.frames, self.patches, self.scores = ids, frames, patches, new_scores
-        self.positions, self.origins = positions, origins
-        self.length = self.committed = p + ids.numel()
+        self._keep_books(keep + off, scores.float(), summarise)
+        self.length = self.committed = p + self.slots
         return int(evicted.numel())
+
+    def _write_column(self, at: int, values: Sequence[torch.Tensor]) -> None:
+        """Write one column of every buffer: `values` holds one tensor per buffer (`_buffers`)."""
+        for t, value in zip(self._buffers(), values, strict=True):
+            t[..., at : at + 1, :] = value
+
+    def _keep_books(self, slots: torch.Tensor, scores: torch.Tensor, summary: bool) -> None:
+        """Keep the bookkeeping of `slots` (indices after the prefix), now scored `scores`, after a
+        summary slot's at position P if `summary`."""
+        books = [self.stream_ids[slots], self.frames[slots], self.patches[slots], scores]
+        positions, origins = self.positions[:, slots], self.origins[:, slots]
+        if summary:
+            heads = torch.tensor([SUMMARY_ID]), torch.tensor([-1]), torch.tensor([-1]), torch.tensor([float("nan")])
+            books = [torch.cat([h, b]) for h, b in zip(heads, books, strict=True)]
+            at_p = torch.full((self.rope.axes, 1), self.prefix_len, dtype=torch.long)
+            positions, origins = torch.cat([at_p, positions], dim=1), torch.cat([at_p, origins], dim=1)
+        self.stream_ids, self.frames, self.patches, self.scores = books
+        self.positions, self.origins = positions, origins
 
     def _buffers(self) -> tuple[torch.Tensor, ...]:
         """The storage laid out by slot: keys, values and, if kept, origin keys."""
@@ -286,37 +291,24 @@ class HermesLayer(BufferLayer):
         after the prefix: the origin keys where kept, else the keys themselves."""
         return (self._k, self.positions) if self._k0 is None else (self._k0, self.origins)
 
-    def _fold(self, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Algorithm 1 as a running mean: v = (n v + sum V_ev) / (n + m), keys phase-aligned first."""
+    def _fold(self, evicted_slots: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The summary once `evicted_slots` (slot indices after the prefix) are folded in
+        (Algorithm 1, `running_mean`), at position P; as many tensors as `_buffers`."""
         p = self.prefix_len
-        idx = (p + evicted_slots).to(self.device)
         keys, at = self.origin_keys()
-        k_ev = keys.index_select(-2, idx)
-        v_ev = self._v.index_select(-2, idx)
-        # Rotate every evicted key to the summary's position, so that they average in one phase.
-        k_ev = rotate_keys(k_ev, p - at[:, evicted_slots], self.rope).float()
-        n, m = self.summary_count, evicted_slots.numel()
-        k_sum = k_ev.sum(dim=-2, keepdim=True)
-        v_sum = v_ev.float().sum(dim=-2, keepdim=True)
-        if self.has_summary:
-            k_sum = k_sum + n * keys[..., p : p + 1, :].float()
-            v_sum = v_sum + n * self._v[..., p : p + 1, :].float()
-        return (k_sum / (n + m)).to(self._k.dtype), (v_sum / (n + m)).to(self._v.dtype)
+        k, v = phase_aligned(keys, self._v, p + evicted_slots, p - at[:, evicted_slots], self.rope)
+        summary = (keys[..., p : p + 1, :], self._v[..., p : p + 1, :]) if self.has_summary else None
+        k, v = running_mean(k, v, self.summary_count, summary)
+        k, v = k.to(self._k.dtype), v.to(self._v.dtype)
+        return (k, v) if self._k0 is None else (k, v, k)  # at P, where its origin is
 
     def _merge(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-        """The mean key and value of `slots` (slot indices after the prefix), weighed by `weights` if
-        given, keys first rotated to where the first slot sits; as many tensors as `_buffers` (the
-        origin key too, if kept)."""
-        idx = (self.prefix_len + slots).to(self.device)
+        """The prototype of `slots` (slot indices after the prefix; `group_mean`), keys first rotated
+        to where the first slot sits; as many tensors as `_buffers` (the origin key too, if kept)."""
         keys, at = self.origin_keys()
         first = slots[:1]
-        k = rotate_keys(keys.index_select(-2, idx), at[:, first] - at[:, slots], self.rope).float()
-        v = self._v.index_select(-2, idx).float()
-        if weights is None:
-            k, v = k.mean(-2, True), v.mean(-2, True)
-        else:
-            w = weights.float().to(self.device)[:, None]
-            k, v = (k * w).sum(-2, True), (v * w).sum(-2, True)
+        aligned = phase_aligned(keys, self._v, self.prefix_len + slots, at[:, first] - at[:, slots], self.rope)
+        k, v = group_mean(*aligned, weights)
         v = v.to(self._v.dtype)
         if self._k0 is None:
             return k.to(self._k.dtype), v

@@ -288,23 +288,24 @@ def pack_cache(cache: HermesCache) -> MemoryFile:
     for i, layer in enumerate(cache.kv_layers):
         if not layer.is_initialized:
             raise ValueError("this memory holds nothing yet (not even the text prefix): there is nothing to save")
-        p, c = layer.prefix_len, layer.committed
-        tensors[f"kv.{i}.keys"], tensors[f"kv.{i}.values"] = layer._k[..., :c, :], layer._v[..., :c, :]
-        if layer._k0 is not None:  # the prefix's origin keys are never read, and never written
-            tensors[f"kv.{i}.origin_keys"] = layer._k0[..., p:c, :]
+        p = layer.prefix_len
+        tensors[f"kv.{i}.keys"], tensors[f"kv.{i}.values"] = layer.columns(layer.committed)
+        if (origins := layer.origin_columns()) is not None:
+            tensors[f"kv.{i}.origin_keys"] = origins
         tensors |= {f"kv.{i}.{book}": getattr(layer, book) for book in BOOKS}
         layers.append({"prefix_len": p, "summary_count": layer.summary_count, "allocated": layer.allocated})
     states = []
     for j, state in enumerate(cache.state_layers):
-        tensors |= {f"state.{j}.{name}": t for name, t in state._saved.items()}
-        states.append({"names": sorted(state._saved), "has_previous": bool(state._saved_previous)})
+        saved, has_previous = state.committed()
+        tensors |= {f"state.{j}.{name}": t for name, t in saved.items()}
+        states.append({"names": sorted(saved), "has_previous": has_previous})
     header = {
         "num_layers": len(cache.layers),
         "linear": [i for i, layer in enumerate(cache.layers) if isinstance(layer, StateLayer)],
         "config": cache.config.to_dict(),
         "capacity": cache.capacity,
         "rope": {"mrope_section": cache.rope.mrope_section, "interleaved": cache.rope.interleaved},
-        "dtype": dtype_name(cache.kv_layers[0]._k.dtype),
+        "dtype": dtype_name(cache.kv_layers[0].keys.dtype),
         "tokens_seen": cache.tokens_seen,
         "compactions": cache.compactions,
         "layers": layers,
@@ -482,19 +483,12 @@ def storage_bytes(memory: MemoryFile) -> int:
 def _fill_layer(layer: HermesLayer, memory: MemoryFile, i: int, spec: Mapping[str, Any], device: torch.device) -> None:
     """Layer `i` of the file into a new layer, its storage as large as the saved one's."""
     keys, values = memory.tensors[f"kv.{i}.keys"], memory.tensors[f"kv.{i}.values"]
-    p, c = spec["prefix_len"], keys.shape[2]
-    shape = (*keys.shape[:2], spec["allocated"], keys.shape[3])
-    with torch.inference_mode(False):  # storage the engine rewrites in place later (see HermesLayer._grown)
-        layer._k = torch.zeros(shape, dtype=keys.dtype, device=device)
-        layer._v = torch.zeros(shape, dtype=keys.dtype, device=device)
-        layer._k[..., :c, :], layer._v[..., :c, :] = keys, values
-        if f"kv.{i}.origin_keys" in memory.tensors:
-            layer._k0 = torch.zeros(shape, dtype=keys.dtype, device=device)
-            layer._k0[..., p:c, :] = memory.tensors[f"kv.{i}.origin_keys"]
+    layer.restore_columns(keys, values, spec["allocated"], device)
+    layer.prefix_len, layer.committed = spec["prefix_len"], keys.shape[2]
+    if f"kv.{i}.origin_keys" in memory.tensors:
+        layer.restore_origins(memory.tensors[f"kv.{i}.origin_keys"])
     for book in BOOKS:
         setattr(layer, book, memory.tensors[f"kv.{i}.{book}"].clone())
-    layer.is_initialized = True
-    layer.prefix_len, layer.length, layer.committed = p, c, c
     layer.summary_count = spec["summary_count"]
 
 
@@ -585,20 +579,21 @@ QUESTION_PARTS = (STORE,)
 def pack_store(store: HostStore) -> MemoryFile:
     """The tensors and header of a host store: per layer its keys, values and mean keys over all
     chunks side by side, with each chunk's token count to cut them apart again."""
-    layers = len(store._index)
+    keys, values, positions, index = store.held()
+    layers = len(index)
     tensors = {
         "store.block_chunk": store.block_chunk,
         "store.block_start": store.block_start,
         "store.block_length": store.block_length,
         "store.block_frame": store.block_frame,
     }
-    if store._keys:
-        tensors["store.positions"] = torch.cat(store._positions, dim=1)
+    if keys:
+        tensors["store.positions"] = torch.cat(positions, dim=1)
         for layer in range(layers):
-            tensors[f"store.keys.{layer}"] = torch.cat([chunk[layer] for chunk in store._keys], dim=-2)
-            tensors[f"store.values.{layer}"] = torch.cat([chunk[layer] for chunk in store._values], dim=-2)
-            tensors[f"store.index.{layer}"] = torch.cat(store._index[layer])
-    header = {"layers": layers, "chunks": [p.shape[1] for p in store._positions], "next_position": store.next_position}
+            tensors[f"store.keys.{layer}"] = torch.cat([chunk[layer] for chunk in keys], dim=-2)
+            tensors[f"store.values.{layer}"] = torch.cat([chunk[layer] for chunk in values], dim=-2)
+            tensors[f"store.index.{layer}"] = torch.cat(index[layer])
+    header = {"layers": layers, "chunks": [p.shape[1] for p in positions], "next_position": store.next_position}
     return MemoryFile({STORE: header}, tensors)
 
 
@@ -621,7 +616,6 @@ def unpack_store(memory: MemoryFile, rope: RopeSpec) -> HostStore:
     if chunks:
         total = sum(chunks)
         positions = memory.tensor("store.positions", (rope.axes, total), torch.long)
-        store._positions = list(positions.split(chunks, dim=1))
         keys = [memory.tensor(f"store.keys.{layer}") for layer in range(layers)]
         if any(k.dim() != 4 or k.shape[2] != total for k in keys):
             raise MemoryFileError("the memory file is damaged: the host store's keys do not add up")
@@ -629,9 +623,12 @@ def unpack_store(memory: MemoryFile, rope: RopeSpec) -> HostStore:
         index = [memory.tensor(f"store.index.{layer}", (n, k.shape[1], k.shape[3])) for layer, k in enumerate(keys)]
         split_keys = [k.split(chunks, dim=-2) for k in keys]
         split_values = [v.split(chunks, dim=-2) for v in values]
-        store._keys = [[split_keys[layer][c] for layer in range(layers)] for c in range(len(chunks))]
-        store._values = [[split_values[layer][c] for layer in range(layers)] for c in range(len(chunks))]
-        store._index = [list(i.split(per_chunk)) for i in index]
+        store.restore(
+            [[split_keys[layer][c] for layer in range(layers)] for c in range(len(chunks))],
+            [[split_values[layer][c] for layer in range(layers)] for c in range(len(chunks))],
+            list(positions.split(chunks, dim=1)),
+            [list(i.split(per_chunk)) for i in index],
+        )
     store.block_chunk, store.block_start = blocks["chunk"], blocks["start"]
     store.block_length, store.block_frame = blocks["length"], blocks["frame"]
     store.next_position = bounded(header, "next_position", 0, MAX_COUNT)

@@ -144,7 +144,7 @@ class MemoryPolicy:
 _TRUTH = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
-def _typed(default: Any, value: Any) -> Any:
+def typed_value(default: Any, value: Any) -> Any:
     """`value` (as given: a command line's string, or a typed value) as the type of `default`; a bool
     from true/false (bool("false") would be True)."""
     if isinstance(default, bool):
@@ -167,7 +167,7 @@ def with_params(obj: Any, prefix: str, params: Mapping[str, Any]) -> Any:
             known = ", ".join(f"{prefix}.{f}" for f in fields) or "none"
             raise PolicyError(f"unknown parameter {key!r}; {prefix} takes {known}")
         try:
-            changes[field] = _typed(getattr(obj, field), params[key])
+            changes[field] = typed_value(getattr(obj, field), params[key])
         except (TypeError, ValueError) as e:
             raise PolicyError(f"parameter {key!r}: {e}") from None
     try:

@@ -74,6 +74,10 @@ class StateLayer(LinearAttentionLayer):
         self._saved_previous = self.has_previous_state[0]
         self._dirty = False
 
+    def committed(self) -> tuple[dict[str, torch.Tensor], bool]:
+        """The committed states by name, and whether the memory had seen any token (a memory file's part)."""
+        return dict(self._saved), bool(self._saved_previous)
+
     def discard(self) -> None:
         """Put the states back as the last commit left them, in place."""
         if not self._dirty:

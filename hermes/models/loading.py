@@ -47,7 +47,9 @@ TOY_MODEL_DIR = Path(__file__).resolve().parents[2] / "assets" / "toyworld" / "m
 # The toy model's sample clips, beside it, listed in their folder's SAMPLES_FILE (the app offers them).
 TOY_SAMPLES = TOY_MODEL_DIR.parent / "samples"
 SAMPLES_FILE = "samples.json"
-TRAINED_ALIASES: dict[str, Path] = {"toy": TOY_MODEL_DIR}
+# The second toy world's model (several objects at once, 8 layers; docs/toyworld.md, world v2).
+TOY2_MODEL_DIR = TOY_MODEL_DIR.parents[1] / "toyworld2" / "model"
+TRAINED_ALIASES: dict[str, Path] = {"toy": TOY_MODEL_DIR, "toy2": TOY2_MODEL_DIR}
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
 
 

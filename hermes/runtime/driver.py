@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from hermes.engine.session import AnswerUpdate, ChunkReport, StreamingSession
+from hermes.runtime.readers import PlayClock
 from hermes.video.chunking import Chunker
 from hermes.video.decoding import Frame
 
@@ -57,7 +58,7 @@ def play(
     chunker = Chunker(session.config.chunk_frames)
     # A stream loaded from its memory file numbers its frames on from where it stopped.
     chunker.next_index = session.frames_seen
-    start = time.monotonic()
+    clock = PlayClock(lambda: speed)  # the live readers' clock: a frame is due at its time, from the first
 
     def flush() -> Iterator[ChunkReport]:
         tail = chunker.flush()  # the engine pads a chunk to the model's frame multiple itself
@@ -76,7 +77,9 @@ def play(
         if stop_when_done and not pending:
             return
         if speed:
-            time.sleep(max(0.0, start + frame.t / speed - time.monotonic()))
+            if not clock.started:  # a resumed stream's first frame is due at once, not at its stream time
+                clock.start(frame.t)
+            time.sleep(clock.wait_s(frame.t))
         chunk = chunker.push(frame)
         if chunk is not None:
             yield session.ingest(chunk)

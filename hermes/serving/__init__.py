@@ -11,22 +11,8 @@ from hermes.engine.watch import MAX_STANDING, WatchCheck, WatchError
 from hermes.memory.snapshot import LayerSnapshot, MemorySnapshot
 from hermes.memory.tiers import Tier
 from hermes.models.base import VideoLM
-from hermes.serving.admission import Busy
-from hermes.serving.answers import AnswerEvent, AnswerTicket, TooManyQuestions
-from hermes.serving.checkpoints import CheckpointStore, Viewers
-from hermes.serving.live import LiveStream
-from hermes.serving.model import (
-    AUTO_DTYPE_HELP,
-    DEFAULT_MODEL,
-    FALLBACK_MODEL,
-    keep_up_hint,
-    load_model_or_fallback,
-    requested_model,
-)
-from hermes.serving.network import NetworkNumbers
-from hermes.serving.registry import DEFAULT_LEASE_S, DEFAULT_MAX_PREPARING, StreamRegistry
-from hermes.serving.samples import Sample, Suggestion, bundled_samples, suggestions_markdown
-from hermes.serving.settings import (
+from hermes.runtime.network import NetworkNumbers
+from hermes.runtime.settings import (
     COMPARE_POLICIES,
     MAX_COMPARED,
     SETTING_BOUNDS,
@@ -36,9 +22,24 @@ from hermes.serving.settings import (
     layer_tiers,
     setting_bounds,
 )
+from hermes.serving.admission import Busy
+from hermes.serving.answers import AnswerEvent, AnswerTicket, TooManyQuestions
+from hermes.serving.checkpoints import CheckpointStore, PageKeys, Viewers
+from hermes.serving.live import LiveStream
+from hermes.serving.model import (
+    AUTO_DTYPE_HELP,
+    DEFAULT_MODEL,
+    FALLBACK_MODEL,
+    keep_up_hint,
+    load_model_or_fallback,
+    requested_model,
+)
+from hermes.serving.registry import DEFAULT_LEASE_S, DEFAULT_MAX_PREPARING, StreamRegistry
+from hermes.serving.samples import Sample, Suggestion, bundled_samples, suggestions_markdown
 from hermes.serving.state import StreamState
 from hermes.serving.view import Alert, AttentionLayers, ChunkRecord, FrameTokens, LiveView, StreamStatus, WatchPoint
 from hermes.video.decoding import VideoError
+from hermes.video.frames_folder import unpack_frames
 from hermes.video.network import StreamError
 from hermes.video.urls import LIVE_SCHEMES, UrlPolicy, UrlRefused
 
@@ -72,6 +73,7 @@ __all__ = [
     "MemoryFileError",
     "MemorySnapshot",
     "NetworkNumbers",
+    "PageKeys",
     "PolicySpec",
     "QuestionError",
     "Sample",
@@ -100,4 +102,5 @@ __all__ = [
     "requested_model",
     "setting_bounds",
     "suggestions_markdown",
+    "unpack_frames",
 ]

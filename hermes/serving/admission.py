@@ -42,7 +42,7 @@ import torch
 from hermes.engine.methods import PolicySpec
 from hermes.memory.config import HermesConfig
 from hermes.models.base import VideoLM
-from hermes.serving.settings import StreamSettings
+from hermes.runtime.settings import StreamSettings
 from hermes.video.decoding import DEFAULT_MAX_SIDE
 
 MB = 1024 * 1024

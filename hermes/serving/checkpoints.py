@@ -178,10 +178,13 @@ class CheckpointStore:
             return path.read_text().strip()
         except FileNotFoundError:
             secret = secrets.token_urlsafe(KEY_BYTES)
+        try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secret)
-            return secret
+        except FileExistsError:  # another front end of a cluster made it first, in a shared folder
+            return self.browser_secret()
+        with os.fdopen(fd, "w") as f:
+            f.write(secret)
+        return secret
 
 
 class Checkpointer:
@@ -223,34 +226,56 @@ class Resumable(Protocol):
     def load(self, path: str | os.PathLike[str]) -> str: ...
 
 
+class PageKeys:
+    """The viewers' keys by page session (a Gradio session hash): the key each page's browser keeps
+    in its local storage, which outlives the page, the server's restart and the server itself."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def hello(self, session: str, key: object) -> str:
+        """A page session opened with the `key` its browser keeps: the key it goes on with (anything
+        but a viewer key gets a new one)."""
+        key = key if valid_key(key) else new_viewer_key()
+        with self._lock:
+            self._keys[session] = key
+        return key
+
+    def key_of(self, session: str) -> str | None:
+        """The key of the page session (None: its page has not said hello)."""
+        with self._lock:
+            return self._keys.get(session)
+
+    def forget(self, session: str) -> None:
+        """The page closed (what was kept for its key stays)."""
+        with self._lock:
+            self._keys.pop(session, None)
+
+
 class Viewers:
-    """The viewers' keys by page session (a Gradio session hash), their checkpoints, and resuming."""
+    """The viewers' keys by page session, their checkpoints, and resuming."""
 
     def __init__(self, store: CheckpointStore) -> None:
         self.store = store
-        self._keys: dict[str, str] = {}
-        self._lock = threading.Lock()
+        self.keys = PageKeys()
 
     def hello(self, session: str, key: object) -> tuple[str, CheckpointInfo | None]:
         """A page session opened with the `key` its browser keeps (anything but a viewer key gets a new
         one): the key it goes on with, and its checkpoint if there is one to resume."""
-        key = key if valid_key(key) else new_viewer_key()
-        with self._lock:
-            self._keys[session] = key
+        key = self.keys.hello(session, key)
         return key, self.store.find(key)
 
     def attach(self, session: str, files: Resumable) -> None:
         """Checkpoint a stream's memory `files` to the key of its page session, if the page said hello."""
-        with self._lock:
-            key = self._keys.get(session)
+        key = self.keys.key_of(session)
         if key is not None and files.checkpointer is None:
             files.keep(Checkpointer(self.store, key))
 
     def resume(self, session: str, files: Resumable) -> str:
         """Load the page session's checkpoint into a stream's memory `files`; one line about it. MemoryFileError when
         there is none (never said hello, expired, deleted) or it cannot be loaded."""
-        with self._lock:
-            key = self._keys.get(session)
+        key = self.keys.key_of(session)
         path = None if key is None else self.store.path(key)
         if path is None or not path.exists():
             raise MemoryFileError("There is no checkpoint to resume (it expired, or was never written).")
@@ -261,5 +286,4 @@ class Viewers:
 
     def forget(self, session: str) -> None:
         """The page closed (its checkpoint stays, for the key its browser keeps)."""
-        with self._lock:
-            self._keys.pop(session, None)
+        self.keys.forget(session)

@@ -1,8 +1,10 @@
 """One viewer's live stream: the controls a viewer has, a source feeding memories, views for the UI.
 
-A `LiveStream` composes the parts of a stream: its settings (hermes.serving.settings), its state
-(hermes.serving.state), a source of chunks (hermes.serving.sources), the chat (hermes.serving.chat)
-and the views the UI reads (hermes.serving.view). Its memories, one `StreamingSession` per policy
+A `LiveStream` is the page's handle on one stream of the runtime: its settings
+(hermes.runtime.settings), its state (hermes.serving.state), a source of chunks (hermes.runtime.readers)
+started by one admitted start (hermes.serving.starts) and reporting through its links
+(hermes.serving.links), its questions (hermes.serving.asking), the chat (hermes.serving.chat) and the
+views the UI reads (hermes.serving.view). Its memories, one `StreamingSession` per policy
 (two in compare mode) over the one read-only model, are a `StreamMemories`
 (hermes.serving.memories) that only the model thread touches: all model work goes to the shared
 `ModelWorker` (hermes.serving.worker) as jobs, and answers come back on tickets
@@ -16,63 +18,30 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from hermes.engine.chunk import Chunk
 from hermes.engine.metrics import free_cached_memory, memory_reading
-from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, QuestionError, StreamingSession, validate_question
+from hermes.engine.session import MAX_NEW_TOKENS, MAX_QUESTION_CHARS, StreamingSession
 from hermes.models.base import VideoLM
-from hermes.serving.answers import AnswerBatch, AnswerTicket, TooManyQuestions, job_error_message
+from hermes.runtime.feed import Feed
+from hermes.runtime.settings import StreamSettings
+from hermes.serving.answers import AnswerTicket
+from hermes.serving.asking import StreamQuestions
 from hermes.serving.chat import Chat
-from hermes.serving.feed import Feed, FeedHooks
-from hermes.serving.jobs import JobCancelled, Priority
+from hermes.serving.jobs import Priority
+from hermes.serving.links import SourceLinks
 from hermes.serving.memories import StreamMemories
 from hermes.serving.memory_files import MemoryFiles
 from hermes.serving.metrics import metrics_of
-from hermes.serving.network import opened
-from hermes.serving.settings import StreamSettings
-from hermes.serving.sources import Source
+from hermes.serving.starts import CameraStart, FileStart, Opened, Start, UrlStart
 from hermes.serving.state import Lifecycle, StreamState
 from hermes.serving.view import LiveView, StreamStatus, stream_status
 from hermes.serving.watching import Watchlist
 from hermes.serving.worker import ModelWorker
-from hermes.video.decoding import VideoInfo, check_start
+from hermes.video.decoding import VideoInfo
 from hermes.video.urls import UrlPolicy
-
-# Questions of one stream being answered or waiting at once; more are told to wait. With the round of
-# turns on the model thread (hermes.serving.turns), this keeps one viewer from filling the answer
-# batch and Gradio's answer slots.
-MAX_QUESTIONS_IN_FLIGHT = 2
-WAIT_FOR_ANSWER = (
-    f"Wait for your previous answer: at most {MAX_QUESTIONS_IN_FLIGHT} questions of a viewer are answered at once."
-)
-# A question's length in the model's tokens: its prefill against the whole memory comes before the
-# first word of the answer, and every viewer waits for it (characters do not bound it: an emoji
-# takes several tokens of a byte-level vocabulary).
-MAX_QUESTION_TOKENS = 512
-# Chunks of one stream queued or running at once. A file reader waits below this (the stream
-# falls behind the wall clock instead of piling up memory); a webcam drops chunks above it. A
-# network stream waits until none is (its next chunk is then the newest frames).
-MAX_CHUNK_BACKLOG = 2
-
-
-def question_within_tokens(lm: VideoLM, question: str) -> str:
-    """`question`, unless it takes more than MAX_QUESTION_TOKENS of `lm`'s tokens: QuestionError then."""
-    tokens = int(lm.encode(question).shape[-1])
-    if tokens > MAX_QUESTION_TOKENS:
-        raise QuestionError(
-            f"The question is {tokens:,} tokens long for this model; the limit is {MAX_QUESTION_TOKENS:,} tokens. "
-            "Ask it in fewer words."
-        )
-    return question
-
-
-def dropped_note(reason: str) -> str:
-    """What the viewer is told when a network stream drops."""
-    return f"The stream dropped ({reason}); reconnecting. The memory and the chat are kept."
 
 
 class LiveStream:
@@ -99,13 +68,13 @@ class LiveStream:
         self.lm = lm
         self.key = key
         self._admit = admit or (lambda stream, settings, held_bytes=0: nullcontext())
-        # Every stream on this model answers in one batch: questions asked together decode together.
-        self._answers = worker.batch(lm, lambda: AnswerBatch(lm))
         self._lock = threading.RLock()  # held around every move of the lifecycle and its source
         self.life = Lifecycle()
         self._memories = StreamMemories(lm, self)  # only the model thread touches it
         # Its memory saved, loaded and checkpointed; a loaded memory goes on with a source of its own.
-        self.files = MemoryFiles(self, self._memories, lambda gen: source_hooks(self, gen))
+        self.files = MemoryFiles(self, self._memories)
+        self.links = SourceLinks(self, self._memories)  # what its sources and jobs report to
+        self.questions = StreamQuestions(self, self._memories)
         self.feed = Feed()
         self.settings = settings or StreamSettings()
         self.defaults = self.settings  # what the server starts its streams with: the bounds of Settings are drawn there
@@ -124,7 +93,7 @@ class LiveStream:
 
     def tell(self, message: str) -> None:
         """Show `message` to the viewer once, and in the status line until the next start."""
-        self._locked(self.life.inform, message)
+        self.locked(self.life.inform, message)
 
     def reset(self, settings: StreamSettings | None = None) -> None:
         """Stop the source and start over with fresh memories, chat and plots. `settings` (default:
@@ -136,7 +105,7 @@ class LiveStream:
     def _reset(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
         self.feed.stop(flush=False)
         with self._lock:
-            self._check_open()
+            self.check_open()
             gen = self.life.restart()
             self.settings = settings
             self.chat.clear(gen)
@@ -147,43 +116,57 @@ class LiveStream:
             lambda: self._memories.build(gen, settings, self.watchlist.questions, loaded),
             Priority.CONTROL,
             self.key,
-            lambda exc: self._on_job_error(gen, exc),
+            lambda exc: self.links.job_failed(gen, exc),
         )
         return gen
 
-    def start_file(self, path: str | Path, speed: str = "1x", settings: StreamSettings | None = None) -> VideoInfo:
-        """Start streaming a video file from its beginning into fresh memories. VideoError (with
-        the file name) at once for a file whose first frames cannot be decoded; Busy when admission
-        refuses, before anything is decoded."""
-        settings = settings or self.settings
-        with self._admit(self, settings):
-            info = check_start(path, settings.fps)
-            self.feed.set_speed(speed)
-            gen = self._reset(settings)
-            source = self.feed.file(Path(path), settings, source_hooks(self, gen), f"read-{self.key}")
-            self._start_source(gen, source, info.name, info.duration)
+    def begin(self, start: Start) -> int:
+        """Run `start` (hermes.serving.starts), the one way a stream starts: inside admission (Busy
+        refuses before anything is read), `start.prepare()` (what it raises leaves the running stream
+        as it was), then a fresh generation holding `start.memory()` (or `start.generation` goes on)
+        with `start.open`'s source started. The generation started."""
+        with self._admit(self, start.settings, start.held_bytes):
+            start.prepare()
+            try:
+                gen = start.generation
+                if gen is None:
+                    gen = self._reset(start.settings, start.memory())
+                if (opened := start.open(gen, self.links.hooks(gen), self.key)) is not None:
+                    self._start_source(gen, opened)
+            except BaseException:
+                start.abandon()
+                raise
         self.touch()  # the lease counts from the start's end: preparing it may take a while
-        return info
+        return gen
+
+    def start_file(self, path: str | Path, speed: str = "1x", settings: StreamSettings | None = None) -> VideoInfo:
+        """Start streaming a video file (or a folder of frames) from its beginning into fresh memories.
+        VideoError (with the file name) at once for one whose first frames cannot be decoded; Busy when
+        admission refuses, before anything is decoded."""
+        start = FileStart(self.feed, path, speed, settings or self.settings)
+        self.begin(start)
+        return start.info
 
     def start_url(self, url: str, urls: UrlPolicy, settings: StreamSettings | None = None, **reader: object) -> str:
         """Start a network stream into fresh memories; its URL as shown. UrlRefused, or StreamError within
         seconds, when it cannot be opened (a running stream goes on untouched); Busy when admission
         refuses. `reader`: the `NetworkReader`'s options (its timeouts); `urls` governs it too (gate.py)."""
-        name = start_network(self, urls.check(url), settings or self.settings, {"policy": urls, **reader})
-        self.touch()  # the lease counts from the start's end: opening the stream may take seconds
-        return name
+        start = UrlStart(self.feed, urls.check(url), settings or self.settings, {"policy": urls, **reader}, self.key)
+        self.begin(start)
+        return start.reader.name
 
     def push_frame(self, image: np.ndarray, settings: StreamSettings | None = None, t: float | None = None) -> None:
         """Feed one webcam frame. Unless a file is playing or a webcam stream exists (running or
-        stopped with the Stop control), the frame starts a webcam stream in fresh memories.
+        stopped with the Stop control), the frame starts a webcam stream in fresh memories, or on
+        into a memory loaded from a file (as a video file would go on in it).
         Frames are thinned to the stream's fps by their capture time `t` (default: now); a chunk that
         finds the model still busy with MAX_CHUNK_BACKLOG chunks is dropped (a live source cannot wait)."""
         # Gradio runs one stream event per session at a time, so this check does not race.
         if self.feed.webcam is None and not self.life.state.takes_frames:
-            settings = settings or self.settings
-            with self._admit(self, settings):
-                gen = self._reset(settings)
-                self._start_source(gen, self.feed.camera(settings, source_hooks(self, gen)), "webcam")
+            if self.files.resume_point() is not None:
+                self.files.go_on_camera()
+            else:
+                self.begin(CameraStart(self.feed, settings or self.settings))
         if (webcam := self.feed.webcam) is not None:
             webcam.push(image, t)
 
@@ -200,7 +183,7 @@ class LiveStream:
 
     def stop(self) -> None:
         """End the source; the frames read so far reach the model, and questions still work."""
-        self._locked(self.life.stop)
+        self.locked(self.life.stop)
         self.feed.stop(flush=True)
         self.files.checkpoint(self.life.generation)
 
@@ -219,32 +202,18 @@ class LiveStream:
         self.worker.submit(lambda: (self._memories.drop(), free_cached_memory()), Priority.CONTROL, self.key)
 
     def ask(self, question: str, max_new_tokens: int = MAX_NEW_TOKENS) -> AnswerTicket:
-        """Queue a question ahead of pending chunks; read the answer from the ticket's events().
-        QuestionError at once for an empty question, one over MAX_QUESTION_TOKENS of the model's
-        tokens, or one more than MAX_QUESTIONS_IN_FLIGHT of this stream's."""
-        q = question_within_tokens(self.lm, validate_question(question))
-        with self._lock:  # checked and queued together: two questions at once cannot both pass
-            self._check_open()
-            if self.worker.backlog(self.key, Priority.QUESTION) >= MAX_QUESTIONS_IN_FLIGHT:
-                raise TooManyQuestions(WAIT_FOR_ANSWER)
-            ticket = AnswerTicket(q, self.life.generation)
-            answer = partial(self._memories.answer, ticket.generation, ticket, max_new_tokens)
-            self.worker.submit(answer, Priority.QUESTION, self.key, ticket.fail_job, self._answers)
-        self.touch()
-        return ticket
+        """Queue a question (`StreamQuestions.ask`); read the answer from the ticket's events()."""
+        return self.questions.ask(question, max_new_tokens)
 
     def watch(self, question: str) -> list[str]:
-        """Add a standing question, asked of every memory after each chunk from the next one on;
-        the questions watched now. WatchError at once for an empty, too long, repeated or fifth
-        question (the stream goes on)."""
-        self._check_open()
-        return self._hand_to_memories(self.watchlist.add(question))
+        """Add a standing question (`StreamQuestions.watch`); the questions watched now."""
+        self.check_open()
+        return self.questions.watch(question)
 
     def unwatch(self, question: str) -> list[str]:
-        """Stop watching for a standing question; the questions watched now. WatchError when it
-        is not watched."""
-        self._check_open()
-        return self._hand_to_memories(self.watchlist.remove(question))
+        """Stop watching for a standing question; the questions watched now."""
+        self.check_open()
+        return self.questions.unwatch(question)
 
     # -- reading ----------------------------------------------------------------------------
     def view(self) -> LiveView:
@@ -263,7 +232,7 @@ class LiveStream:
 
     def pop_notices(self) -> list[str]:
         """Messages for the viewer (errors, and why a stream stopped by itself), each returned once."""
-        return self._locked(self.life.pop_notices)
+        return self.locked(self.life.pop_notices)
 
     def metrics(self) -> dict:
         """Plain-data numbers for the API and the UI's details panel."""
@@ -274,32 +243,32 @@ class LiveStream:
         return metrics_of(view, status, reading, self.lm, self.reserved_bytes, self.watchlist.questions())
 
     # -- internals: UI and source threads ------------------------------------------------------
-    def _locked(self, move: Callable, *args: object) -> object:
+    def locked(self, move: Callable, *args: object) -> object:
+        """`move(*args)` under the stream's lock."""
         with self._lock:
             return move(*args)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """RuntimeError once the stream was closed."""
         if self.closed:
             raise RuntimeError("this stream was closed (its tab went away)")
 
-    def _start_source(self, gen: int, source: Source, name: str, duration_s: float | None = None) -> None:
-        """`source` becomes the source of generation `gen` and is started, unless a reset came first."""
+    def _start_source(self, gen: int, opened: Opened) -> None:
+        """`opened`'s source becomes the source of generation `gen` and is started, unless a reset came first."""
         with self._lock:
             if not self.life.current(gen):
-                source.stop(flush=False)
+                opened.source.stop(flush=False)
                 return
-            self.feed.attach(source, name, duration_s)
+            self.feed.attach(opened.source, opened.name, opened.duration_s)
             self.life.state = StreamState.STREAMING
-            source.start()
+            opened.source.start()
 
-    def _hand_to_memories(self, watching: list[str]) -> list[str]:
-        """Give the memories the standing questions (on the model thread); `watching` back."""
-        gen = self.life.generation
-        self.touch()
-        self.worker.submit(lambda: self._memories.watch(gen, self.watchlist.questions), Priority.CONTROL, self.key)
-        return watching
+    # -- what a source and the model thread's jobs call back ----------------------------------
+    def ended(self, gen: int) -> None:
+        """The source of generation `gen` read its whole video: the stream ends there, checkpointed."""
+        self.locked(self.life.end, gen)
+        self.files.checkpoint(gen)
 
-    # -- what the model thread's jobs call back (StreamSide) ----------------------------------
     def publish(self, gen: int, make: Callable[[LiveView], LiveView]) -> LiveView | None:
         """Make `make(the current view)` the one the UI reads, unless the stream was reset since
         generation `gen`; the view published, or None."""
@@ -316,53 +285,3 @@ class LiveStream:
             source = self.feed.source
         if halted and source is not None:
             source.stop(flush=False)
-
-    # -- internals: jobs for the model thread ----------------------------------------------------
-    def _submit_chunk(self, gen: int, chunk: Chunk) -> None:
-        self.worker.submit(
-            lambda: self._memories.ingest(gen, chunk, landed=self.feed.landed),
-            Priority.CHUNK,
-            self.key,
-            lambda exc: self._on_job_error(gen, exc),
-        )
-
-    def _on_job_error(self, gen: int, exc: BaseException) -> None:
-        # A job of an older generation (before a reset) failing must not stop the new stream.
-        if not isinstance(exc, JobCancelled):
-            message = job_error_message(exc, "on this stream", " Press Reset to start over.")
-            self.halt(gen, StreamState.ERROR, message, error=True, memory_failed=True)
-
-
-def start_network(stream: LiveStream, url: str, settings: StreamSettings, reader: dict) -> str:
-    """Open the network stream at `url` (already allowed) inside `stream`'s admission, start over and
-    watch it; its name. A refused start opens nothing; a stream that does not open leaves the running
-    one untouched."""
-    reader = {"queue_frames": max(2, settings.chunk_frames)} | reader  # the newest chunk's frames
-    with stream._admit(stream, settings):
-        network = opened(url, settings.fps, f"decode-{stream.key}", **reader)
-        try:
-            gen = stream._reset(settings)
-            source = stream.feed.stream(network, settings, source_hooks(stream, gen), f"read-{stream.key}")
-            stream._start_source(gen, source, network.name)
-        except BaseException:
-            network.stop()
-            raise
-    return network.name
-
-
-def source_hooks(stream: LiveStream, gen: int) -> FeedHooks:
-    """What the source of generation `gen` of `stream` reports to, and asks of, the stream (the stream's
-    own internals: a function beside the class, so that the class holds the controls)."""
-    worker, key, life, locked = stream.worker, stream.key, stream.life, stream._locked
-    return FeedHooks(
-        on_chunk=lambda chunk: stream._submit_chunk(gen, chunk),
-        wait_room=lambda timeout: worker.wait_backlog(key, Priority.CHUNK, MAX_CHUNK_BACKLOG, timeout),
-        has_room=lambda: worker.backlog(key, Priority.CHUNK) < MAX_CHUNK_BACKLOG,
-        wait_idle=lambda timeout: worker.wait_backlog(key, Priority.CHUNK, 1, timeout),
-        on_end=lambda: (locked(life.end, gen), stream.files.checkpoint(gen)),
-        on_error=lambda message: stream.halt(gen, StreamState.ERROR, message, error=True),
-        on_silence=lambda: locked(life.silence, gen),
-        on_frames=lambda: locked(life.frames_again, gen),
-        on_drop=lambda reason: locked(life.lost, gen, dropped_note(reason)),
-        on_back=lambda: locked(life.back, gen),
-    )

@@ -23,10 +23,10 @@ from hermes.engine.persist import save_session
 from hermes.engine.session import QuestionError, StreamBound, StreamingSession
 from hermes.memory.snapshot import MemorySnapshot
 from hermes.models.base import VideoLM
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.admission import full_slot_limit, host_memory_cap, policy_cache_bytes
 from hermes.serving.answers import AnswerEvent, AnswerRequest, AnswerTicket
 from hermes.serving.checkpoints import Checkpointer
-from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle, StreamState
 from hermes.serving.view import FrameTokens, LiveView, StreamStatus
 

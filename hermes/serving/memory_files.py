@@ -16,11 +16,11 @@ import dataclasses
 import os
 import re
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from hermes.engine.answering import MAX_NEW_TOKENS
+from hermes.engine.methods import PolicySpec
 from hermes.engine.persist import (
     MemoryFileError,
     check_storage,
@@ -33,16 +33,18 @@ from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.memory.persist import MemoryFile
 from hermes.models.base import VideoLM
+from hermes.runtime.feed import Feed
+from hermes.runtime.settings import StreamSettings, setting_bounds
 from hermes.serving.admission import block_tokens_bound, host_memory_cap
 from hermes.serving.checkpoints import SUFFIX, Checkpointer
-from hermes.serving.feed import Feed, FeedHooks
 from hermes.serving.jobs import JobCancelled, Priority
 from hermes.serving.memories import StreamMemories
-from hermes.serving.settings import StreamSettings, setting_bounds
+from hermes.serving.starts import CameraStart, FileStart, LoadStart, Resume, Start, UrlStart
 from hermes.serving.state import Lifecycle
 from hermes.serving.view import LiveView
 from hermes.serving.worker import ModelWorker
-from hermes.video.decoding import VideoInfo, check_start
+from hermes.video.decoding import VideoInfo
+from hermes.video.urls import UrlPolicy
 
 T = TypeVar("T")
 WAIT_S = 300.0  # a save or load waits at most this long for the model thread (behind the chunk in flight)
@@ -58,18 +60,16 @@ class Adopting(Protocol):
     settings: StreamSettings
     defaults: StreamSettings
     feed: Feed
-    # Admission control for a start (`admit(stream, settings, held_bytes)`: Busy to refuse).
-    _admit: Callable[..., AbstractContextManager[None]]
 
-    def _reset(self, settings: StreamSettings, loaded: StreamingSession | None = None) -> int:
-        """Start over with `settings`, holding `loaded` if given; the new generation."""
+    def begin(self, start: Start) -> int:
+        """Run `start` inside the stream's admission; the generation started."""
 
     def view(self) -> LiveView: ...
 
 
 def settings_of(memory: MemoryFile, current: StreamSettings, defaults: StreamSettings | None = None) -> StreamSettings:
-    """`current` settings with the memory file's policy, memory constants and alert threshold (one
-    policy: a file holds one memory); MemoryFileError when this app cannot run them, or they lie
+    """`current` settings with the memory file's policy (its parameters too), memory constants and
+    alert threshold (one policy: a file holds one memory); MemoryFileError when this app cannot run them, or they lie
     outside the bounds it holds a viewer's settings to on a server whose streams start with
     `defaults` (default `current`: `setting_bounds`)."""
     config, state = memory.header["cache"]["config"], memory.header["session"]
@@ -85,7 +85,8 @@ def settings_of(memory: MemoryFile, current: StreamSettings, defaults: StreamSet
         return dataclasses.replace(
             current,
             **chosen,
-            policy=state["policy"]["name"],
+            policy=PolicySpec(state["policy"]["name"], state["policy"]["params"]),  # its constants kept
+            params=(),  # the viewer's parameters were for other policies
             reindex=config["reindex"],
             max_positions=config.get("max_positions"),
             guidance_history=config.get("history_tokens", HermesConfig.history_tokens) > 0,
@@ -99,13 +100,12 @@ class MemoryFiles:
     """Save, load and checkpoint one stream's memory, and go on streaming into a loaded one (a part
     of its `LiveStream`, whose source and admission it starts as the stream's own controls do)."""
 
-    def __init__(self, stream: Adopting, memories: StreamMemories, hooks: Callable[[int], FeedHooks]) -> None:
+    def __init__(self, stream: Adopting, memories: StreamMemories) -> None:
         self.stream = stream
         self._memories = memories  # touched in jobs on the model thread only
-        self._hooks = hooks  # what a source of generation n of the stream reports to
         self.checkpointer: Checkpointer | None = None
-        # Generation, resume time, frames and cache bytes of a memory loaded from a file.
-        self._loaded: tuple[int, float, int, int] | None = None
+        # Where a source goes on in the memory last loaded from a file.
+        self._loaded: Resume | None = None
 
     def save(self, path: str | os.PathLike[str], wait_s: float = WAIT_S) -> int:
         """Write the stream's memory to `path` (atomically); the bytes written. QuestionError when
@@ -140,36 +140,54 @@ class MemoryFiles:
         def load() -> StreamingSession:
             return load_session(stream.lm, path, host_cap_bytes=host_cap, block_tokens=block)
 
-        with stream._admit(stream, settings, held):  # the loaded cache's bytes count like a stream's
-            session = self._on_model_thread(load, wait_s)
-            stream._reset(settings, session)
+        # The loaded cache's bytes count like a stream's.
+        start = LoadStart(settings, held, lambda: self._on_model_thread(load, wait_s))
+        gen = stream.begin(start)
         self._on_model_thread(lambda: None, wait_s)  # queued behind the stream's rebuild: it holds the memory now
-        self._loaded = (stream.life.generation, resume_time(session), session.frames_seen, held)
+        self._loaded = Resume(gen, resume_time(start.session), start.session.frames_seen, held)
         return file_summary(memory)
 
     @property
     def resumable(self) -> float | None:
         """Where a video would go on in a memory loaded from a file (s), until a source or a reset
         comes after the load; None otherwise."""
-        if self._loaded is None or not self.stream.life.current(self._loaded[0]) or self.stream.feed.source:
+        resume = self.resume_point()
+        return None if resume is None else resume.start_s
+
+    def resume_point(self) -> Resume | None:
+        """Where a source would go on in the memory loaded from a file, until a source or a reset
+        comes after the load; None otherwise."""
+        loaded = self._loaded
+        if loaded is None or not self.stream.life.current(loaded.generation) or self.stream.feed.source:
             return None
-        return self._loaded[1]
+        return loaded
+
+    def _resume(self) -> Resume:
+        if (resume := self.resume_point()) is None:
+            raise RuntimeError("no memory loaded from a file to go on from: start afresh")
+        return resume
 
     def go_on(self, path: str | os.PathLike[str], speed: str = "1x") -> VideoInfo:
         """Stream the video at `path` on into the memory loaded from a file, from where that memory
         stopped (`resumable`): the same video goes on as if it had never stopped. VideoError for a
         file that cannot be read, Busy when admission refuses."""
-        if self.resumable is None:
-            raise RuntimeError("no memory loaded from a file to go on from: start the video afresh")
-        gen, start, first, held = self._loaded
-        stream, settings = self.stream, self.stream.settings
-        with stream._admit(stream, settings, held):  # a running stream counts against the server's limit
-            info = check_start(path, settings.fps)
-            stream.feed.set_speed(speed)
-            source = stream.feed.file(Path(path), settings, self._hooks(gen), f"read-{stream.key}", start, first)
-            stream._start_source(gen, source, info.name, info.duration)
-        stream.touch()
-        return info
+        stream = self.stream
+        start = FileStart(stream.feed, Path(path), speed, stream.settings, self._resume())
+        stream.begin(start)  # a running stream counts against the server's limit
+        return start.info
+
+    def go_on_url(self, url: str, urls: UrlPolicy, **reader: object) -> str:
+        """Reconnect a network stream into the memory loaded from a file, its stream time going on
+        from where that memory stopped; its URL as shown (UrlRefused, StreamError as a start's)."""
+        stream, resume = self.stream, self._resume()
+        options = {"policy": urls, **reader}
+        start = UrlStart(stream.feed, urls.check(url), stream.settings, options, stream.key, resume)
+        stream.begin(start)
+        return start.reader.name
+
+    def go_on_camera(self) -> None:
+        """Webcam frames from now on go on into the memory loaded from a file."""
+        self.stream.begin(CameraStart(self.stream.feed, self.stream.settings, self._resume()))
 
     def keep(self, checkpointer: Checkpointer | None) -> None:
         """Checkpoint the memory with `checkpointer` from now on (None: no more)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hermes.engine.methods import PolicySpec
 from hermes.engine.metrics import MemoryReading
 from hermes.models.base import VideoLM
 from hermes.serving.view import LiveView, StreamStatus
@@ -102,10 +103,10 @@ def watch_metrics(view: LiveView, watching: list[str]) -> dict:
 
 
 def plain(data: Any) -> Any:
-    """`data` (dicts, lists and tuples of numbers and strings) as plain JSON data: policy names (a
-    `PolicySpec` is a `str` subclass) and other strings as `str`, wherever they are keys too."""
+    """`data` (dicts, lists and tuples of numbers, strings and policies) as plain JSON data: a policy
+    (`PolicySpec`) as its name and strings as `str`, wherever they are keys too."""
     if isinstance(data, dict):
         return {plain(k): plain(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
         return [plain(v) for v in data]
-    return str(data) if isinstance(data, str) else data
+    return str(data) if isinstance(data, str | PolicySpec) else data

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hermes.models.base import VideoLM
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.admission import MB, Busy, cache_bytes_for, host_bytes_for, host_memory_cap, memory_cap_for
 from hermes.serving.live import LiveStream
-from hermes.serving.settings import StreamSettings
 from hermes.serving.worker import ModelWorker
 
 DEFAULT_LEASE_S = 60.0

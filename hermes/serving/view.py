@@ -19,10 +19,10 @@ from hermes.engine.metrics import MemoryReading
 from hermes.engine.session import AnswerUpdate, ChunkReport
 from hermes.engine.watch import MAX_STANDING, WatchCheck
 from hermes.memory.snapshot import MemorySnapshot
+from hermes.runtime.feed import Feed
+from hermes.runtime.network import NetworkNumbers
+from hermes.runtime.settings import StreamSettings
 from hermes.serving.answers import AnswerEvent
-from hermes.serving.feed import Feed
-from hermes.serving.network import NetworkNumbers
-from hermes.serving.settings import StreamSettings
 from hermes.serving.state import Lifecycle, StreamState
 from hermes.video.errors import skipped_summary
 

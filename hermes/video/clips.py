@@ -92,15 +92,7 @@ def make_clip(
     """
     exe = ffmpeg_path()
     path = Path(path)
-    w, h = (int(v) for v in size)
-    if w <= 0 or h <= 0:
-        raise ValueError(f"size must be positive, got {size}")
-    if fps <= 0 or not math.isfinite(fps):
-        raise ValueError(f"fps must be > 0, got {fps}")
-    if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError(f"seconds must be >= 0, got {seconds}")
-    if needle_frames < 1:
-        raise ValueError(f"needle_frames must be >= 1, got {needle_frames}")
+    w, h = _checked_size(size, fps, seconds, needle_frames)
     n_frames = round(seconds * fps)
     filters = _needle_filters(needles or {}, fps, n_frames, seconds, needle_frames)
 
@@ -110,16 +102,40 @@ def make_clip(
     cmd += ["-f", "lavfi", "-i", f"testsrc2=size={w}x{h}:rate={fps}:duration={src_dur}"]
     if filters:
         cmd += ["-vf", ",".join(filters)]
-    cmd += ["-frames:v", str(n_frames), "-an", "-c:v", codec]
-    cmd += _CODEC_ARGS.get(codec, [])
-    if codec in ("libx264", "libx265"):
-        cmd += ["-preset", preset]
-    if gop is not None:
-        cmd += ["-g", str(int(gop))]
-    if path.suffix.lower() in (".mp4", ".mov", ".m4v"):
-        cmd += ["-movflags", "+faststart"]
-    cmd += [*extra_args, str(path)]
+    cmd += ["-frames:v", str(n_frames), *_output_args(path, codec, preset, gop), *extra_args, str(path)]
+    _run_ffmpeg(cmd, path, timeout)
+    return path
 
+
+def _checked_size(size: tuple[int, int], fps: float, seconds: float, needle_frames: int) -> tuple[int, int]:
+    """The clip's (w, h), once it and the other numbers are checked; ValueError on a bad one."""
+    w, h = (int(v) for v in size)
+    if w <= 0 or h <= 0:
+        raise ValueError(f"size must be positive, got {size}")
+    if fps <= 0 or not math.isfinite(fps):
+        raise ValueError(f"fps must be > 0, got {fps}")
+    if seconds < 0 or not math.isfinite(seconds):
+        raise ValueError(f"seconds must be >= 0, got {seconds}")
+    if needle_frames < 1:
+        raise ValueError(f"needle_frames must be >= 1, got {needle_frames}")
+    return w, h
+
+
+def _output_args(path: Path, codec: str, preset: str, gop: int | None) -> list[str]:
+    """ffmpeg's output options for video alone in `codec` (with its `preset` and `gop` where
+    given), in the container that `path`'s suffix names."""
+    args = ["-an", "-c:v", codec, *_CODEC_ARGS.get(codec, [])]
+    if codec in ("libx264", "libx265"):
+        args += ["-preset", preset]
+    if gop is not None:
+        args += ["-g", str(int(gop))]
+    if path.suffix.lower() in (".mp4", ".mov", ".m4v"):
+        args += ["-movflags", "+faststart"]
+    return args
+
+
+def _run_ffmpeg(cmd: list[str], path: Path, timeout: float) -> None:
+    """Run the ffmpeg command `cmd` that writes `path`; ClipError if it fails or times out."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
@@ -128,4 +144,3 @@ def make_clip(
     if proc.returncode != 0 or not path.exists():
         tail = (proc.stderr or "").strip()[-800:]
         raise ClipError(f"ffmpeg failed (rc={proc.returncode}) making {path.name}: {tail}")
-    return path

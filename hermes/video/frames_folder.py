@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
 
-from hermes.video.decoding import DEFAULT_MAX_SIDE, Frame, VideoError, fit_size, iter_frames, sample_indices
+from hermes.video.decoding import (
+    DEFAULT_MAX_SIDE,
+    START_CHECK_FRAMES,
+    Frame,
+    VideoError,
+    VideoInfo,
+    fit_size,
+    iter_frames,
+    sample_indices,
+)
+from hermes.video.sizes import MAX_FRAME_PIXELS, too_large
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -56,13 +68,31 @@ def iter_folder_frames(
     for i, t in zip(idx, times, strict=True):
         try:
             with Image.open(files[i]) as img:
+                # The header's size, before anything is decoded: a crafted image is refused unallocated.
+                if img.width * img.height > MAX_FRAME_PIXELS:
+                    raise VideoError(folder, f"{files[i].name}: {too_large(img.width, img.height, MAX_FRAME_PIXELS)}")
                 rgb = img.convert("RGB")
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise VideoError(folder, f"cannot read frame {files[i].name}: {exc}") from exc
         size = fit_size(rgb.width, rgb.height, max_side)
         if size != rgb.size:
             rgb = rgb.resize(size, Image.BILINEAR)
         yield Frame(np.asarray(rgb, dtype=np.uint8), float(t), int(i))
+
+
+def check_folder_start(folder: str | os.PathLike[str], fps: float, folder_fps: float | None = None) -> VideoInfo:
+    """What Start checks of a folder of frames recorded at `folder_fps` (default: one image per frame at
+    `fps`): it holds images and its first frames at `fps` read (VideoError with the reason otherwise).
+    Its facts as a video file's."""
+    folder_fps = folder_fps or fps
+    files = frame_files(folder)
+    first = None
+    for frame in iter_folder_frames(folder, folder_fps, fps, end=START_CHECK_FRAMES / fps):
+        first = first if first is not None else frame
+    with Image.open(files[0]) as img:
+        width, height = img.size
+    shown = (first.image.shape[1], first.image.shape[0])
+    return VideoInfo(str(folder), len(files) / folder_fps, folder_fps, len(files), width, height, shown)
 
 
 def iter_video(
@@ -79,3 +109,54 @@ def iter_video(
     if folder_fps is None:
         raise VideoError(path, "a folder of frames, and its frame rate is not known")
     return iter_folder_frames(path, folder_fps, fps, start=start, end=end)
+
+
+# What an archive of frames may hold when it comes from outside (an upload): its images only, each at
+# most MAX_FRAME_BYTES and all of them MAX_FRAMES_BYTES unpacked, so that a small crafted archive
+# cannot fill the disk; names flattened, so that none lands outside the folder.
+MAX_ARCHIVE_FRAMES = 20_000
+MAX_FRAME_BYTES = 64 * 2**20
+MAX_FRAMES_BYTES = 2 * 2**30
+
+
+def unpack_frames(archive: str | os.PathLike[str], into: str | os.PathLike[str]) -> Path:
+    """The images of the zip `archive` unpacked into the folder `into` (made), a folder of frames in
+    their name order; VideoError with the reason for a file that is no zip, holds no image, or holds
+    more than the limits above."""
+    archive, into = Path(archive), Path(into)
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            frames = [m for m in zf.infolist() if not m.is_dir() and _is_frame(m.filename)]
+            members = sorted(frames, key=lambda m: _natural(m.filename))
+            if not members:
+                raise VideoError(archive, f"a zip without frame images ({', '.join(IMAGE_SUFFIXES)})")
+            if len(members) > MAX_ARCHIVE_FRAMES:
+                raise VideoError(archive, f"{len(members):,} images, more than {MAX_ARCHIVE_FRAMES:,}")
+            largest, total = max(m.file_size for m in members), sum(m.file_size for m in members)
+            if largest > MAX_FRAME_BYTES or total > MAX_FRAMES_BYTES:
+                limits = f"{MAX_FRAME_BYTES / 2**20:.0f} MiB an image, {MAX_FRAMES_BYTES / 2**30:.0f} GiB in all"
+                raise VideoError(archive, f"its images unpack to more than {limits}")
+            into.mkdir(parents=True, exist_ok=True)
+            for k, m in enumerate(members):
+                # Flattened, each numbered by its place in name order: two folders' 1.png stay apart.
+                target = into / f"{k:06d}{Path(m.filename).suffix.lower()}"
+                with zf.open(m) as src, target.open("wb") as dst:
+                    _copy_within(src, dst, m.file_size)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
+        raise VideoError(archive, f"not a readable zip of frames ({exc})") from exc
+    return into
+
+
+def _is_frame(name: str) -> bool:
+    path = Path(name)
+    return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".") and "__MACOSX" not in path.parts
+
+
+def _copy_within(src: BinaryIO, dst: BinaryIO, declared: int) -> None:
+    """Copy `src` to `dst`, refusing more bytes than the archive declared for it (a lying header)."""
+    copied = 0
+    while chunk := src.read(1 << 20):
+        copied += len(chunk)
+        if copied > declared:
+            raise zipfile.BadZipFile("a member unpacks to more than its declared size")
+        dst.write(chunk)

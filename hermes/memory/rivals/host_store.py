@@ -36,6 +36,23 @@ class HostStore:
         self.block_frame = torch.zeros(0, dtype=torch.long)
         self.next_position = 0  # one past the largest position of any token held
 
+    def held(
+        self,
+    ) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]], list[torch.Tensor], list[list[torch.Tensor]]]:
+        """What the store holds (a memory file's part): keys and values [chunk][layer], positions
+        [chunk], mean keys [layer][chunk]."""
+        return self._keys, self._values, self._positions, self._index
+
+    def restore(
+        self,
+        keys: list[list[torch.Tensor]],
+        values: list[list[torch.Tensor]],
+        positions: list[torch.Tensor],
+        index: list[list[torch.Tensor]],
+    ) -> None:
+        """Hold what `held` gave (the blocks' bookkeeping is set on its own)."""
+        self._keys, self._values, self._positions, self._index = keys, values, positions, index
+
     def __len__(self) -> int:
         """Frame blocks held."""
         return self.block_frame.numel()

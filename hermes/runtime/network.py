@@ -67,14 +67,19 @@ class NetworkSource:
         on_drop: Callable[[str], None] = lambda reason: None,
         on_back: Callable[[], None] = lambda: None,
         name: str = "stream",
+        start_s: float = 0.0,
+        first_frame: int = 0,
     ) -> None:
         self.reader = reader
+        # A stream reconnected into a loaded memory goes on at that memory's stream time and frame number.
+        self.start_s = start_s
         reader.on_link = self._on_link
         self.frames_read = 0
         self.skipped: list[Skipped] = []  # frames that could not be decoded: FFmpeg conceals them in a stream
         self.latency_s: float | None = None
         self._glass: dict[int, float] = {}  # id(chunk) -> glass time of its newest frame, until ingested
         self._chunker = Chunker(chunk_frames)
+        self._chunker.next_index = first_frame
         self._on_chunk, self._has_room, self._on_end, self._on_error = on_chunk, has_room, on_end, on_error
         self._on_drop, self._on_back = on_drop, on_back
         self._stop = threading.Event()
@@ -104,7 +109,7 @@ class NetworkSource:
 
     def position_s(self) -> float | None:
         """The stream time of the newest frame read."""
-        return self.reader.timeline.last_t if self.frames_read else None
+        return self.start_s + self.reader.timeline.last_t if self.frames_read else None
 
     def stop(self, flush: bool) -> None:
         self._flush = flush
@@ -157,7 +162,7 @@ class NetworkSource:
                 continue
             if self._paused:
                 continue
-            chunk = self._chunker.push(frame.image, frame.t)
+            chunk = self._chunker.push(frame.image, self.start_s + frame.t)
             self.frames_read += 1
             if chunk is not None:
                 self._send(chunk, frame.glass)
@@ -173,7 +178,7 @@ class NetworkSource:
     def _send_tail(self) -> None:
         tail = self._chunker.flush()
         if tail is not None:
-            self._send(tail, self.reader.timeline.origin + float(tail.timestamps[-1]))
+            self._send(tail, self.reader.timeline.origin + float(tail.timestamps[-1]) - self.start_s)
 
     def _send(self, chunk: Chunk, glass: float) -> None:
         self._glass[id(chunk)] = glass

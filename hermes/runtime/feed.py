@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.engine.chunk import Chunk
-from hermes.serving.network import NetworkSource
-from hermes.serving.settings import SPEEDS, StreamSettings
-from hermes.serving.sources import FileSource, Source, WebcamSource
+from hermes.runtime.network import NetworkSource
+from hermes.runtime.readers import FileSource, Source, WebcamSource
+from hermes.runtime.settings import SPEEDS, StreamSettings
 from hermes.video.network import NetworkReader
 
 
@@ -86,8 +86,9 @@ class Feed:
         )
 
     @staticmethod
-    def camera(settings: StreamSettings, hooks: FeedHooks) -> WebcamSource:
-        """A source cutting webcam frames into chunks as they are pushed."""
+    def camera(settings: StreamSettings, hooks: FeedHooks, start_s: float = 0.0, first: int = 0) -> WebcamSource:
+        """A source cutting webcam frames into chunks as they are pushed, its stream time counted
+        from `start_s`, its first frame numbered `first`."""
         return WebcamSource(
             settings.chunk_frames,
             settings.fps,
@@ -95,11 +96,21 @@ class Feed:
             has_room=hooks.has_room,
             on_silence=hooks.on_silence,
             on_frames=hooks.on_frames,
+            start_s=start_s,
+            first_frame=first,
         )
 
     @staticmethod
-    def stream(reader: NetworkReader, settings: StreamSettings, hooks: FeedHooks, thread_name: str) -> NetworkSource:
-        """A source cutting a network stream's frames (from `reader`, opened) into chunks (not started)."""
+    def stream(
+        reader: NetworkReader,
+        settings: StreamSettings,
+        hooks: FeedHooks,
+        thread_name: str,
+        start_s: float = 0.0,
+        first: int = 0,
+    ) -> NetworkSource:
+        """A source cutting a network stream's frames (from `reader`, opened) into chunks (not
+        started), its stream time counted from `start_s`, its first frame numbered `first`."""
         return NetworkSource(
             reader,
             settings.chunk_frames,
@@ -110,6 +121,8 @@ class Feed:
             on_drop=hooks.on_drop,
             on_back=hooks.on_back,
             name=thread_name,
+            start_s=start_s,
+            first_frame=first,
         )
 
     def landed(self, chunk: Chunk) -> None:

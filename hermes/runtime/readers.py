@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -19,8 +20,9 @@ import numpy as np
 
 from hermes.engine.chunk import Chunk
 from hermes.video.chunking import Chunker
-from hermes.video.decoding import UntilDamage, VideoError, VideoFile
+from hermes.video.decoding import Frame, UntilDamage, VideoError, VideoFile
 from hermes.video.errors import Skipped
+from hermes.video.frames_folder import iter_folder_frames
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,11 @@ class PlayClock:
         self._pace: float | None = None  # the pace since the last update
         self._paused = False
 
+    @property
+    def started(self) -> bool:
+        with self._lock:
+            return self._at is not None
+
     def start(self, at: float = 0.0) -> None:
         """Start playing from `at` s of the video."""
         with self._lock:
@@ -112,7 +119,8 @@ class PlayClock:
 
 
 class FileSource:
-    """A video file read by its own thread, paced at `speed()` times real time (None: no pacing).
+    """A video file (or a folder of frame images) read by its own thread, paced at `speed()` times
+    real time (None: no pacing).
 
     `has_room(timeout)` waits up to `timeout` seconds for the consumer to have room for a chunk.
     When the file ends, the last partial chunk goes out, then `on_end()` is called; a file that
@@ -181,9 +189,9 @@ class FileSource:
 
     def _run(self) -> None:
         try:
-            with VideoFile(self.path) as video:
+            with self._opened() as decoded:
                 # A file that decodes no further ends at its last good frame; damaged frames are skipped.
-                frames = UntilDamage(video.frames(self._fps, start=self.start_s), on_skip=self.skipped.append)
+                frames = UntilDamage(decoded, on_skip=self.skipped.append)
                 for frame in frames:
                     if not self._wait(frame.t):  # also where a paused stream waits
                         break
@@ -208,6 +216,16 @@ class FileSource:
         elif not self._stop.is_set():
             # Only now, with the last chunk handed on: "ended" with nothing queued means done.
             self._on_end()
+
+    @contextmanager
+    def _opened(self) -> Iterator[Iterator[Frame]]:
+        """The frames from `start_s` on at the stream's fps: a video file's, or a folder's images (one
+        image per frame at that fps, as the command line's folder without --folder-fps)."""
+        if self.path.is_dir():
+            yield iter_folder_frames(self.path, self._fps, self._fps, start=self.start_s)
+            return
+        with VideoFile(self.path) as video:
+            yield video.frames(self._fps, start=self.start_s)
 
     def _wait(self, t: float) -> bool:
         """Sleep until the frame at `t` s is due on the play clock, longer while paused; False once
@@ -250,13 +268,19 @@ class WebcamSource:
         on_silence: Callable[[], None] = lambda: None,
         on_frames: Callable[[], None] = lambda: None,
         silence_s: float | None = None,
+        start_s: float = 0.0,
+        first_frame: int = 0,
     ) -> None:
+        # A webcam going on into a loaded memory: its stream time and frame numbers go on from there.
+        self.start_s = start_s
         self.frames_read = 0
         self.dropped_frames = 0
         self.skipped: list[Skipped] = []
         self.last_frame_at = time.monotonic()
         self._first_frame_at: float | None = None
         self._chunker = Chunker(chunk_frames, fps=fps)
+        self._chunker.next_index = first_frame
+        self._first_index = first_frame
         self._on_chunk, self._has_room = on_chunk, has_room
         self._on_silence, self._on_frames = on_silence, on_frames
         self._silence_s = SILENCE_S if silence_s is None else silence_s
@@ -272,7 +296,7 @@ class WebcamSource:
 
     def position_s(self) -> float | None:
         """The stream time of the newest frame the camera sent (its clock starts at the first)."""
-        return None if self._first_frame_at is None else self.last_frame_at - self._first_frame_at
+        return None if self._first_frame_at is None else self.start_s + self.last_frame_at - self._first_frame_at
 
     def pause(self) -> None:
         """Ignore frames until `resume` (a live source cannot wait)."""
@@ -290,8 +314,10 @@ class WebcamSource:
             self.last_frame_at = time.monotonic()
             if self._first_frame_at is None:
                 self._first_frame_at = self.last_frame_at
-            chunk = self._chunker.push(image, t)
-            self.frames_read = self._chunker.next_index + self._chunker.pending
+            if t is None:
+                t = self.last_frame_at - self._first_frame_at
+            chunk = self._chunker.push(image, self.start_s + t)
+            self.frames_read = self._chunker.next_index + self._chunker.pending - self._first_index
             again, self._silent = self._silent, False
         if again:
             self._on_frames()

@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from hermes.engine.methods import DEFAULT_POLICY, HERMES, PolicyError, PolicySpec, parse_policies, policy_names
+from hermes.engine.methods import (
+    DEFAULT_POLICY,
+    HERMES,
+    PolicyError,
+    PolicySpec,
+    parse_params,
+    parse_policies,
+    policy_names,
+)
 from hermes.engine.watch import DEFAULT_THRESHOLD, check_threshold
 from hermes.memory.config import HermesConfig
 from hermes.memory.tiers import Tier, TierMap
@@ -55,7 +63,10 @@ def setting_bounds(defaults: StreamSettings) -> dict[str, Bound]:
 class StreamSettings:
     """What a stream's memories are built with; applied when the stream is (re)started.
 
-    The policy names are parsed here, once, into `PolicySpec`s (each still equal to its name)."""
+    The policy names are parsed here, once, into `PolicySpec`s, with `params` (`rekv.top_k=8`, as the
+    command line's `--param` takes them) applied to the policies they concern; `params` then reads the
+    parameters the policies carry, written the same way, so that the settings of a loaded memory or a
+    spec passed in say them too."""
 
     policy: str = DEFAULT_POLICY
     budget: int = 1024
@@ -76,33 +87,40 @@ class StreamSettings:
     # Host memory a retrieval policy (rekv) may keep every frame in, in MB; the stream stops there.
     # None: admission control's CPU allowance (`hermes.serving.admission.host_memory_cap`).
     host_cap_mb: float | None = None
+    # Constants of the policies' parts, `part.field=value` each (`rekv.top_k=8`); each concerns a policy run.
+    params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_threshold(self.watch_threshold)
         if self.host_cap_mb is not None and self.host_cap_mb <= 0:
             raise ValueError(f"the host memory cap must be positive, got {self.host_cap_mb} MB")
         config = self.config()  # HermesConfig validates the numbers, with clear messages
-        object.__setattr__(self, "policy", parse_policies([self.policy], config)[0])
+        params = parse_params(self.params or ())
         compared = tuple(self.compare_policies or ())
-        object.__setattr__(self, "compare_policies", compared)
-        if not self.compare:  # the choice only matters, and is only checked, in compare mode
-            return
-        if not 2 <= len(compared) <= MAX_COMPARED:
+        if self.compare and not 2 <= len(compared) <= MAX_COMPARED:
             raise PolicyError(
                 f"compare runs 2 to {MAX_COMPARED} policies side by side; got {len(compared)} "
-                f"({', '.join(compared) or 'none'}); choose from {', '.join(policy_names())}"
+                f"({', '.join(map(str, compared)) or 'none'}); choose from {', '.join(policy_names())}"
             )
-        object.__setattr__(self, "compare_policies", parse_policies(compared, config))
+        # The choice of compared policies only matters, and is only checked, in compare mode.
+        run = parse_policies(compared if self.compare else [self.policy], config, params)
+        policy = run[0] if not self.compare else parse_policies([self.policy], config)[0]
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "compare_policies", run if self.compare else compared)
+        object.__setattr__(self, "params", tuple(dict.fromkeys(a for spec in run for a in spec.param_args)))
 
     @classmethod
     def from_controls(cls, **controls: Any) -> StreamSettings:
         """The settings of a form (or an API call) whose controls are named as the fields, each value
         as its control holds it (a slider's float for a whole number, a list for a tuple), parsed
         strictly into its field's type: ValueError naming the field and what it takes otherwise
-        ("false" is no boolean, "hermes" no list of policies, "abc" no number)."""
+        ("false" is no boolean, "hermes" no list of policies, "abc" no number); `params` may be one
+        text of `part.field=value` items."""
         unknown = sorted(set(controls) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"no such setting: {', '.join(unknown)}")
+        if isinstance(controls.get("params"), str):  # a text box: `rekv.top_k=8, sink.sinks=4`
+            controls = controls | {"params": controls["params"].replace(",", " ").split()}
         given = [f for f in fields(cls) if f.name in controls]
         return cls(**{f.name: _parsed(f.name, str(f.type), controls[f.name]) for f in given})
 
