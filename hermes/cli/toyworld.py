@@ -12,7 +12,7 @@ from hermes.cli.options import add_param_option, parse_params
 
 
 def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from hermes.toyworld.paths import HELDOUT_DIR, SAMPLES_DIR
+    from hermes.toyworld.paths import SAMPLES_DIR
 
     p = sub.add_parser(
         "toyworld",
@@ -31,7 +31,9 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
     train = toy.add_parser("train", help="train the toy model with the recorded settings (about an hour on 2 cores)")
     train.add_argument("--out", required=True, help="checkpoint folder to write")
-    train.add_argument("--heldout", default=str(HELDOUT_DIR), help="held-out set scored at the end")
+    train.add_argument("--heldout", default=None, help="held-out set scored at the end (default: the world's)")
+    train.add_argument("--clips", type=int, default=None, help="score only the first N held-out clips")
+    add_world_option(train)
     train.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on a busy machine)"
     )
@@ -45,9 +47,22 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     samples.add_argument("--clips", type=int, default=3, help="samples to keep")
     samples.set_defaults(func=cmd_samples)
 
+    _add_bench_and_layers(toy)
+    compare = toy.add_parser(
+        "compare", help="two bench runs' answers, paired by question: the difference with its interval over clips"
+    )
+    compare.add_argument("base", help="a bench run's JSON (--out)")
+    compare.add_argument("other", help="another run's JSON, on the same clips (a variant: --param)")
+    compare.set_defaults(func=cmd_compare)
+    return p
+
+
+def _add_bench_and_layers(toy: argparse._SubParsersAction) -> None:
+    """The `bench` and `layers` subcommands, which read a world's model and held-out set."""
     bench = toy.add_parser("bench", help="score every memory policy on the held-out clips, at three budgets")
-    bench.add_argument("--model", default="toy", help="the trained toy model (default) or a checkpoint folder")
-    bench.add_argument("--heldout", default=str(HELDOUT_DIR))
+    bench.add_argument("--model", default=None, help="the world's trained toy model (default) or a checkpoint folder")
+    bench.add_argument("--heldout", default=None, help="a held-out set (default: the world's)")
+    add_world_option(bench)
     bench.add_argument("--policies", default=None, help="comma-separated (default: every policy, and hermes+dtd)")
     bench.add_argument(
         "--budgets", default=None, help="comma-separated video tokens per layer (default: 1/8, 1/4, 1/2 of a stream)"
@@ -66,20 +81,32 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         help="the layer-wise analysis: per layer, how much a question's attention lifts the newest frame "
         "and the evidence over their share of the tokens (full cache)",
     )
-    layers.add_argument("--model", default="toy", help="the trained toy model (default) or a checkpoint folder")
-    layers.add_argument("--heldout", default=str(HELDOUT_DIR))
+    layers.add_argument("--model", default=None, help="the world's trained toy model (default) or a checkpoint folder")
+    layers.add_argument("--heldout", default=None, help="a held-out set (default: the world's)")
+    add_world_option(layers)
     layers.add_argument("--clips", type=int, default=None, help="only the first N clips")
     layers.add_argument("--svg", default=None, help="also draw the lifts per layer into this SVG file")
     layers.add_argument("--no-progress", action="store_true", help="no progress lines")
     layers.set_defaults(func=cmd_layers)
 
-    compare = toy.add_parser(
-        "compare", help="two bench runs' answers, paired by question: the difference with its interval over clips"
+
+def add_world_option(parser: argparse.ArgumentParser) -> None:
+    """`--world v1|v2`: which toy world's model and held-out set are the defaults."""
+    parser.add_argument(
+        "--world",
+        choices=("v1", "v2"),
+        default="v1",
+        help="v1: one object at a time (the easy world); v2: two or three at once, 64-step clips (docs/toyworld.md)",
     )
-    compare.add_argument("base", help="a bench run's JSON (--out)")
-    compare.add_argument("other", help="another run's JSON, on the same clips (a variant: --param)")
-    compare.set_defaults(func=cmd_compare)
-    return p
+
+
+def _world_defaults(args: argparse.Namespace) -> None:
+    """Fill --model and --heldout, where not given, with the chosen world's."""
+    from hermes.toyworld.worlds import WORLDS
+
+    world = WORLDS[args.world]
+    args.model = args.model or world.model
+    args.heldout = args.heldout or str(world.heldout)
 
 
 def cmd_make(args: argparse.Namespace) -> int:
@@ -108,10 +135,14 @@ def cmd_samples(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from hermes.toyworld.recipe import train_and_score
+    from hermes.toyworld.worlds import WORLDS
 
     if args.threads < 1:
         raise ValueError("--threads must be at least 1")
-    report = train_and_score(args.out, args.heldout, threads=args.threads, log=lambda line: print(line, flush=True))
+    world = WORLDS[args.world]
+    heldout = args.heldout or str(world.heldout)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    report = train_and_score(args.out, heldout, args.threads, log, world.spec(), args.clips)
     print(json.dumps(report["heldout"], indent=1))
     return 0
 
@@ -127,6 +158,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError("--threads must be at least 1")
     if args.clips is not None and args.clips < 1:
         raise ValueError("--clips must be at least 1")
+    _world_defaults(args)
     names = bench.benchmark_policies() if args.policies is None else [n.strip() for n in args.policies.split(",")]
     params = parse_params(args.param)
     policies = list(parse_policies([n for n in names if n], HermesConfig(), params))
@@ -141,7 +173,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     settings = {
         "model": args.model,
         "heldout": args.heldout,
-        "policies": policies,
+        "policies": [str(p) for p in policies],
         "params": params,
         "budgets": budgets,
         "stream_tokens": bench.stream_tokens(lm, held),
@@ -151,6 +183,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(bench.render_table(held, summaries, bench.stream_tokens(lm, held)), flush=True)
     answers = [{"policy": p, "budget": b, **r} for (p, b), a in results.items() for r in a.questions]
     print("\nWhat each memory held when asked, per layer (layer 0 first):\n" + render_held(answers), flush=True)
+    if wordings := bench.render_wordings(results):
+        print("\nBy wording (held-out wordings were never trained on):\n" + wordings, flush=True)
     check = bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held))
     print(check or "check (memory matters): needs fifo and full in the run", flush=True)
     print(f"wrote {args.out}", file=sys.stderr)
@@ -165,6 +199,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
     if args.clips is not None and args.clips < 1:
         raise ValueError("--clips must be at least 1")
+    _world_defaults(args)
     held = bench.load_heldout(args.heldout)
     lm = load_video_lm(args.model, dtype="fp32")
     set_threads(1)

@@ -65,6 +65,7 @@ class ToyQuestion:
     answer: str
     age: str | None
     evidence: tuple[int, int] | None = None  # the frames [start, end) that answer it
+    wording: str | None = None  # the second world's wording set: "train" or "heldout" (never trained on)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ def load_heldout(root: str | Path) -> HeldOut:
                         options[int(e["gt"])],
                         e.get("age"),
                         tuple(e["evidence"]) if e.get("evidence") else None,
+                        e.get("wording"),
                     )
                 )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -206,6 +208,7 @@ def _ask(session: StreamingSession, q: ToyQuestion, option_ids: dict[str, int], 
         "correct": pred == q.answer,
         "text": text,
         "text_correct": text == q.answer,
+        "wording": q.wording,
         **held,
     }
 
@@ -252,17 +255,20 @@ def run(
 ) -> dict[tuple[str, int | None], Answers]:
     """Every policy at every budget (full once, budget None) on the first `videos` clips."""
     results: dict[tuple[str, int | None], Answers] = defaultdict(Answers)
+    # Results are keyed by the policy's name (a parsed policy knows its parameters; the run's
+    # settings record them), each session built from the policy as given.
+    given = {str(p): p for p in policies}
     runs: list[tuple[int | None, list[str]]] = []
-    if FULL in policies:
+    if FULL in given:
         runs.append((None, [FULL]))
-    runs += [(b, [p for p in policies if p != FULL]) for b in budgets if any(p != FULL for p in policies)]
+    runs += [(b, [p for p in given if p != FULL]) for b in budgets if any(p != FULL for p in given)]
     chosen = held.videos[:videos] if videos else held.videos
     per_frame = tokens_per_frame(lm)
     for i, video in enumerate(chosen):
         frames = list(iter_video(held.root / video, WORLD_FPS))
         for budget, names in runs:
             config = HermesConfig(budget=budget or 1, chunk_frames=held.chunk_frames, fps=WORLD_FPS)
-            group = PolicyGroup({n: StreamingSession(lm, config, policy=n) for n in names})
+            group = PolicyGroup({n: StreamingSession(lm, config, policy=given[n]) for n in names})
             per = {n: results[(n, budget)] for n in names}
             run_clip(lm, held, video, group, per, frames, per_frame)
         if progress is not None:
@@ -337,6 +343,38 @@ def summarize(held: HeldOut, answers: Answers, seed: int = 0) -> dict:
     summary["host_kib"] = float(np.mean(answers.host_bytes)) / 1024 if answers.host_bytes else 0.0
     summary["questions"] = {k: sum(r["kind"] == k for r in rows) for k in (REAL_TIME, BACKWARD)} | {FORWARD: len(fw)}
     return summary
+
+
+def wording_scores(rows: list[dict], seed: int = 0) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """Accuracy with its interval per (wording set, kind), for the questions that name their wording."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for wording in sorted({r["wording"] for r in rows if r.get("wording")}):
+        for kind in (REAL_TIME, BACKWARD):
+            chosen = [r for r in rows if r.get("wording") == wording and r["kind"] == kind]
+            if chosen:
+                out[(wording, kind)] = _accuracy(chosen, rng)
+    return out
+
+
+def render_wordings(results: dict[tuple[str, int | None], Answers]) -> str:
+    """A markdown table: per policy and budget, real-time and backward accuracy in the training
+    wordings and in the held-out ones ('' when no question names its wording)."""
+    lines = []
+    for (policy, budget), answers in results.items():
+        scores = wording_scores(answers.questions)
+        if scores:
+            cells = " | ".join(
+                _cell(scores.get((w, k), float("nan"))) for w in ("train", "heldout") for k in (REAL_TIME, BACKWARD)
+            )
+            lines.append(f"| {'all' if budget is None else budget} | {policy} | {cells} |")
+    if not lines:
+        return ""
+    head = (
+        "| budget | policy | real-time, trained wordings | backward, trained | real-time, held-out wordings "
+        "| backward, held-out |"
+    )
+    return "\n".join([head, "|---:|---|---:|---:|---:|---:|", *lines])
 
 
 def chance(held: HeldOut) -> dict[str, float]:

@@ -11,6 +11,7 @@ is on the answer word and the end of turn after it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +19,7 @@ import torch
 
 from hermes.models.base import VideoLM
 from hermes.models.llava_onevision import SIGLIP_NORM
-from hermes.toyworld.model import TOKENS_PER_FRAME
+from hermes.toyworld.model import frame_tokens
 from hermes.toyworld.questions import (
     SIDES,
     Question,
@@ -126,16 +127,20 @@ class Batch:
     pixels: torch.Tensor  # (frames, 3, H, W), every stream's frames in order
     video_rows: torch.Tensor  # (n_video,) row of each video slot in [frame tokens..., newline]
     targets: torch.Tensor  # (n_targets, 3): batch row, position, target id
-    answers: list[Question]  # for each answer target (every other target), its question
-    answer_targets: torch.Tensor  # (n_answers,) index into targets of each answer
-    frame_labels: torch.Tensor  # (frames, 3): shape, colour and side of what each frame shows (0: nothing)
+    answers: list[Question]  # for each one-word answer's target, its question
+    answer_targets: torch.Tensor  # (n_answers,) index into targets of each one-word answer
+    frame_labels: torch.Tensor  # (frames, k): what each frame shows, as the Packer's `labels` give it
+    sequences: list[tuple[Question, list[int]]] = field(default_factory=list)  # many-word answers' targets
 
 
 class Packer:
-    """Turns streams into a Batch for one backbone adapter (its prompt layout and tokenizer)."""
+    """Turns streams into a Batch for one backbone adapter (its prompt layout and tokenizer); `labels`
+    gives the frame probe's classes of a clip's step (the first world's `frame_label` by default)."""
 
-    def __init__(self, lm: VideoLM) -> None:
+    def __init__(self, lm: VideoLM, labels: Callable[[Clip, int], tuple[int, ...]] | None = None) -> None:
         self.lm = lm
+        self.labels = labels or frame_label
+        self.per_frame = frame_tokens(lm.model.config)
         self.prefix = lm.prefix_ids()[0].tolist()
         self.video_id = int(lm.model.config.video_token_id)
         self.eos = int(lm.tokenizer.convert_tokens_to_ids("<|im_end|>"))
@@ -150,6 +155,10 @@ class Packer:
     def answer_id(self, word: str) -> int:
         return int(self.lm.tokenizer.convert_tokens_to_ids(word))
 
+    def answer_ids(self, answer: str) -> list[int]:
+        """The ids of an answer's words (the word-level tokenizer's tokens, separated by spaces)."""
+        return [self.answer_id(w) for w in answer.split()]
+
     def pixels(self, frames: np.ndarray) -> torch.Tensor:
         """The processor's pixel values of frames (F, H, W, 3), as `chunk_inputs` makes them."""
         out = self.lm.processor.video_processor(
@@ -163,12 +172,17 @@ class Packer:
         if frames is None:
             frames = like_h264(np.concatenate([s.clip.render_steps() for s in streams]))
         rows, video_rows, targets, answers, answer_targets = [], [], [], [], []
+        sequences: list[tuple[Question, list[int]]] = []
         frame0 = 0
         for b, stream in enumerate(streams):
             row = self._layout(stream, frame0, rng)
             video_rows += row["video_rows"]
-            for pos, target, question in row["targets"]:
-                if question is not None:
+            for pos, target, question, many in row["targets"]:
+                if many and question is not None:
+                    sequences.append((question, []))
+                if many:
+                    sequences[-1][1].append(len(targets))
+                elif question is not None:
                     answer_targets.append(len(targets))
                     answers.append(question)
                 targets.append((b, pos, target))
@@ -195,7 +209,8 @@ class Packer:
             targets=torch.tensor(targets, dtype=torch.long).reshape(-1, 3),
             answers=answers,
             answer_targets=torch.tensor(answer_targets, dtype=torch.long),
-            frame_labels=torch.tensor([frame_label(s.clip, t) for s in streams for t in range(s.clip.frames)]),
+            frame_labels=torch.tensor([self.labels(s.clip, t) for s in streams for t in range(s.clip.frames)]),
+            sequences=sequences,
         )
 
     def _layout(self, stream: Stream, frame0: int, rng: np.random.Generator | None) -> dict:
@@ -208,26 +223,28 @@ class Packer:
         for end in cuts(frames, stream.chunk):
             start = end - (stream.chunk if end % stream.chunk == 0 else end % stream.chunk)
             for f in range(start, end):
-                video_rows += [(frame0 + f) * TOKENS_PER_FRAME + j for j in range(TOKENS_PER_FRAME)]
+                video_rows += [(frame0 + f) * self.per_frame + j for j in range(self.per_frame)]
             video_rows.append(newline)
-            n = (end - start) * TOKENS_PER_FRAME + 1
+            n = (end - start) * self.per_frame + 1
             ids += [self.video_id] * n
             group += [-1] * n
             limit += list(range(len(limit) + 1, len(limit) + n + 1))
             context_at[end] = len(ids)
         positions = list(range(len(ids)))
-        targets: list[tuple[int, int, Question | None]] = []
+        # (position, target id, its question at an answer's first word, part of a many-word answer)
+        targets: list[tuple[int, int, Question | None, bool]] = []
         for j, q in enumerate(stream.questions):
             q_ids = self.question_ids(surface(q.text, rng))
-            answer = self.answer_id(q.answer)
-            tokens = [*q_ids, answer]
+            answer = self.answer_ids(q.answer)
+            tokens = [*q_ids, *answer]
             start_pos, start = context_at[q.at], len(ids)
             ids += tokens
             positions += list(range(start_pos, start_pos + len(tokens)))
             group += [j] * len(tokens)
             limit += [start_pos] * len(tokens)
-            targets.append((start + len(q_ids) - 1, answer, q))
-            targets.append((start + len(q_ids), self.eos, None))
+            many = len(answer) > 1
+            for k, target in enumerate([*answer, self.eos]):
+                targets.append((start + len(q_ids) - 1 + k, target, q if k == 0 else None, many))
         return {
             "ids": ids,
             "positions": positions,

@@ -64,6 +64,17 @@ def write_clip(clip: Clip, video: str | Path) -> Path:
     return path
 
 
+def _clip_class(world: object) -> type[Clip]:
+    """The clip class of a description's world mark: none for the first world, 2 for the second."""
+    from hermes.toyworld.world2 import WORLD, Clip2
+
+    if world is None:
+        return Clip
+    if world == WORLD:
+        return Clip2
+    raise ToyWorldError(f"a clip of an unknown toy world ({world!r})")
+
+
 def read_events(video: str | Path) -> Clip:
     """The clip whose events file sits beside `video`; ToyWorldError when the file is missing, not
     JSON, of another version, or describes something the world could not have made (or events that
@@ -77,8 +88,9 @@ def read_events(video: str | Path) -> Clip:
         raise ToyWorldError(f"{path}: the events file is not JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("version") != EVENTS_VERSION or not isinstance(doc.get("clip"), dict):
         raise ToyWorldError(f"{path}: not a toy-world events file of version {EVENTS_VERSION}")
+    kind = _clip_class(doc["clip"].get("world"))
     try:
-        clip = Clip.from_dict(doc["clip"])
+        clip = kind.from_dict(doc["clip"])
     except WorldError as exc:
         raise ToyWorldError(f"{path}: {exc}") from None
     if doc.get("events") != clip.events() or doc["clip"].get("fps") != WORLD_FPS:

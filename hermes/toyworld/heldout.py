@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -62,25 +63,31 @@ def video_name(index: int) -> str:
     return f"videos/toy_{index:03d}.mp4"
 
 
-def pick_real_time(clip: Clip, spec: HeldOutSpec, index: int, rng: np.random.Generator) -> list[Question]:
+def pick_real_time(
+    clip: Clip, spec: HeldOutSpec, index: int, rng: np.random.Generator, ask: Callable = real_time
+) -> list[Question]:
     """`per_kind` real-time questions, their tasks in turn (starting where the clip's index says), each
-    at a chunk end that allows it and that no earlier pick of the clip took."""
+    at a chunk end that allows it and that no earlier pick of the clip took; `ask(clip, task, at, rng)`
+    makes them (the first world's questions by default)."""
     tasks = TASKS[REAL_TIME]
     out: list[Question] = []
     for j in range(spec.per_kind):
         task = tasks[(index + j) % len(tasks)]
         taken = {q.at for q in out}
-        pool = [q for at in spec.cuts if (q := real_time(clip, task, at, rng)) is not None and q.answer != "nothing"]
+        pool = [q for at in spec.cuts if (q := ask(clip, task, at, rng)) is not None and q.answer != "nothing"]
         pool = [q for q in pool if q.at not in taken] or pool
         if pool:
             out.append(pool[int(rng.integers(len(pool)))])
     return out
 
 
-def pick_backward(clip: Clip, spec: HeldOutSpec, rng: np.random.Generator, counts: Counter) -> list[Question]:
+def pick_backward(
+    clip: Clip, spec: HeldOutSpec, rng: np.random.Generator, counts: Counter, ask: Callable = backward
+) -> list[Question]:
     """`per_kind` backward questions, each time of the evidence age and task that are scarcest in the
-    set so far (HLD's yes and no kept even), as far as the clip allows."""
-    pool = [q for at in spec.cuts if at >= 3 * spec.chunk_frames for q in backward(clip, at, rng)]
+    set so far (HLD's yes and no kept even), as far as the clip allows; `ask(clip, at, rng)` lists
+    the candidates (the first world's by default)."""
+    pool = [q for at in spec.cuts if at >= 3 * spec.chunk_frames for q in ask(clip, at, rng)]
     out: list[Question] = []
     while len(out) < spec.per_kind and pool:
         wanted = "yes" if counts["HLD:yes"] <= counts["HLD:no"] else "no"
@@ -124,6 +131,7 @@ def ovo_entry(q: Question, qid: str, video: str) -> dict:
         "at": q.at,
         "evidence": list(q.evidence),
         "age": q.age,
+        **({"wording": q.wording} if q.wording else {}),
     }
 
 

@@ -54,19 +54,32 @@ class ModelSpec:
         return asdict(self)
 
 
-def words() -> list[str]:
-    """The tokenizer's words after the special tokens: prompt and world words, each also capitalised."""
-    base = set(vocabulary()) | set(SYSTEM_PROMPT.replace(".", " ").split()) | {"system", "user", "assistant"}
+def tokens_per_frame(image_side: int, patch: int) -> int:
+    """Tokens a frame of `image_side` px gives in SigLIP patches of `patch` px, pooled 2 x 2."""
+    return ((image_side // patch + 1) // 2) ** 2
+
+
+def frame_tokens(config: Any) -> int:
+    """Tokens a frame of the LLaVA-OneVision `config` is pooled to."""
+    vision = config.vision_config
+    return tokens_per_frame(vision.image_size, vision.patch_size)
+
+
+def words(world: list[str] | None = None) -> list[str]:
+    """The tokenizer's words after the special tokens: prompt and world words (`world`, the toy
+    world's vocabulary by default), each also capitalised."""
+    world = vocabulary() if world is None else world
+    base = set(world) | set(SYSTEM_PROMPT.replace(".", " ").split()) | {"system", "user", "assistant"}
     out = (set(base) | {w.capitalize() for w in base}) - set(PUNCTUATION)
     return sorted(out) + list(PUNCTUATION)
 
 
-def build_tokenizer() -> Any:
-    """The word-level tokenizer: specials first (ids 0-5), then `words()`."""
+def build_tokenizer(world: list[str] | None = None) -> Any:
+    """The word-level tokenizer: specials first (ids 0-5), then `words(world)`."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate([*SPECIALS, *words()])}
+    vocab = {tok: i for i, tok in enumerate([*SPECIALS, *words(world)])}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -87,11 +100,17 @@ def build_tokenizer() -> Any:
     return tokenizer
 
 
+def image_geometry(spec: ModelSpec) -> tuple[int, int]:
+    """(image side, patch side) in px of a spec: the first world's 56 and 14 unless the spec says."""
+    return getattr(spec, "image_side", IMAGE_SIDE), getattr(spec, "patch", PATCH)
+
+
 def _config(spec: ModelSpec, tokenizer: Any) -> Any:
     """The LlavaOnevisionConfig of `spec`: a Qwen2 language model and a SigLIP tower at 56 px."""
     from transformers import LlavaOnevisionConfig, Qwen2Config, SiglipVisionConfig
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
+    side, patch = image_geometry(spec)
     text = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden,
@@ -110,8 +129,8 @@ def _config(spec: ModelSpec, tokenizer: Any) -> Any:
         intermediate_size=4 * spec.vision_hidden,
         num_hidden_layers=spec.vision_layers,
         num_attention_heads=spec.vision_heads,
-        patch_size=PATCH,
-        image_size=IMAGE_SIDE,
+        patch_size=patch,
+        image_size=side,
         vision_use_head=False,
     )
     return LlavaOnevisionConfig(
@@ -122,35 +141,35 @@ def _config(spec: ModelSpec, tokenizer: Any) -> Any:
         vision_feature_layer=-1,
         vision_feature_select_strategy="full",
         vision_aspect_ratio="anyres_max_9",
-        image_grid_pinpoints=[[IMAGE_SIDE, IMAGE_SIDE]],
+        image_grid_pinpoints=[[side, side]],
         tie_word_embeddings=False,
     )
 
 
-def _processor(tokenizer: Any) -> Any:
-    """LLaVA-OneVision's processor for 56 px frames, with SigLIP's normalisation (mean = std = 0.5)."""
+def _processor(tokenizer: Any, side: int = IMAGE_SIDE, patch: int = PATCH) -> Any:
+    """LLaVA-OneVision's processor for `side` px frames, with SigLIP's normalisation (mean = std = 0.5)."""
     from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
 
-    size = {"height": IMAGE_SIDE, "width": IMAGE_SIDE}
+    size = {"height": side, "width": side}
     return LlavaOnevisionProcessor(
         image_processor=LlavaOnevisionImageProcessor(
-            image_mean=SIGLIP_NORM, image_std=SIGLIP_NORM, size=size, image_grid_pinpoints=[[IMAGE_SIDE, IMAGE_SIDE]]
+            image_mean=SIGLIP_NORM, image_std=SIGLIP_NORM, size=size, image_grid_pinpoints=[[side, side]]
         ),
         tokenizer=tokenizer,
         video_processor=LlavaOnevisionVideoProcessor(image_mean=SIGLIP_NORM, image_std=SIGLIP_NORM, size=size),
-        num_image_tokens=(IMAGE_SIDE // PATCH) ** 2,
+        num_image_tokens=(side // patch) ** 2,
         vision_feature_select_strategy="full",
         vision_aspect_ratio="anyres_max_9",
         chat_template=LLAVA_CHAT_TEMPLATE,
     )
 
 
-def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
+def build_model(spec: ModelSpec, seed: int, world: list[str] | None = None) -> tuple[Any, Any]:
     """(model, processor): a freshly initialised LlavaOnevisionForConditionalGeneration of `spec` and
-    its processor, deterministic given `seed`."""
+    its processor (its tokenizer knowing `world`'s words), deterministic given `seed`."""
     from transformers import GenerationConfig, LlavaOnevisionForConditionalGeneration
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(world)
     config = _config(spec, tokenizer)
     torch.manual_seed(seed)
     model = LlavaOnevisionForConditionalGeneration(config).to(torch.float32)
@@ -162,7 +181,7 @@ def build_model(spec: ModelSpec, seed: int) -> tuple[Any, Any]:
         pad_token_id=text.pad_token_id,
         do_sample=False,
     )
-    return model, _processor(tokenizer)
+    return model, _processor(tokenizer, *image_geometry(spec))
 
 
 ABOUT = "trained here on synthetic clips of shapes (docs/toyworld.md): it knows shapes and colours, nothing else"
@@ -178,11 +197,12 @@ def card() -> ModelCard:
     return ModelCard(about=ABOUT, stream={**stream, "compare_policies": ["hermes", "fifo"]}, samples=True)
 
 
-def save(model: Any, processor: Any, out: str | Path) -> Path:
-    """Write the checkpoint as any transformers checkpoint is written, with the toy model's card."""
+def save(model: Any, processor: Any, out: str | Path, model_card: ModelCard | None = None) -> Path:
+    """Write the checkpoint as any transformers checkpoint is written, with its card (the toy model's
+    by default)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     processor.save_pretrained(out)
-    card().write(out)
+    (model_card or card()).write(out)
     return out

@@ -60,10 +60,12 @@ class Question:
     answer: str
     at: int
     evidence: tuple[int, int]
+    wording: str | None = None  # the second world's wording set ("train" or "heldout"); None in the first
+    choices: tuple[str, ...] | None = None  # the options, where they are not the first world's
 
     @property
     def options(self) -> tuple[str, ...]:
-        return OPTIONS[self.task]
+        return self.choices if self.choices is not None else OPTIONS[self.task]
 
     @property
     def age(self) -> str | None:

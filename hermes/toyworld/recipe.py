@@ -22,10 +22,13 @@ import torch
 from hermes.models.loading import load_video_lm
 from hermes.toyworld import bench
 from hermes.toyworld.data import Packer, Stream
+from hermes.toyworld.data2 import frame_label2
 from hermes.toyworld.files import read_events
 from hermes.toyworld.questions import Question
 from hermes.toyworld.train import Trainer, TrainSpec, target_logits
+from hermes.toyworld.train2 import Trainer2, TrainSpec2
 from hermes.toyworld.world import WORLD_FPS
+from hermes.toyworld.world2 import Clip2
 from hermes.video.frames_folder import iter_video
 
 RECORD = "training.json"
@@ -48,7 +51,9 @@ def packed_scores(model_dir: str | Path, heldout: str | Path, clips_per_pass: in
     whole set scores in seconds instead of minutes. Forward questions need the engine's checks."""
     lm = load_video_lm(str(model_dir), dtype="fp32")
     held = bench.load_heldout(heldout)
-    packer = Packer(lm)
+    clip = read_events(held.root / held.videos[0])
+    # The frame probe's labels go unused here, but a batch reads them from each clip in its world's way.
+    packer = Packer(lm, frame_label2 if isinstance(clip, Clip2) else None)
     hits: dict[str, list[bool]] = defaultdict(list)
     for i in range(0, len(held.videos), clips_per_pass):
         videos = held.videos[i : i + clips_per_pass]
@@ -86,7 +91,7 @@ def train_and_score(
     spec = spec or TrainSpec()
     load_before = os.getloadavg()
     started = time.monotonic()
-    trainer = Trainer(spec, log=log)
+    trainer = (Trainer2 if isinstance(spec, TrainSpec2) else Trainer)(spec, log=log)
     curve = trainer.run(out)
     seconds = time.monotonic() - started
     report = {

@@ -28,7 +28,7 @@ import torch
 
 from hermes.models.loading import wrap
 from hermes.toyworld.data import TASK_WEIGHTS, Batch, Packer, Stream, frame_label, like_h264, sample_stream
-from hermes.toyworld.model import TOKENS_PER_FRAME, ModelSpec, build_model, save
+from hermes.toyworld.model import TOKENS_PER_FRAME, ModelSpec, build_model, frame_tokens, save
 from hermes.toyworld.questions import SIDES, TEMPLATES
 from hermes.toyworld.world import COLOURS, SHAPES, WorldSpec
 
@@ -148,7 +148,7 @@ def target_logits(model: Any, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]
     feats = inner.get_video_features(
         batch.pixels[:, None], vision_feature_layer=-1, vision_feature_select_strategy="full"
     ).pooler_output
-    frames = feats[:, :TOKENS_PER_FRAME]  # each frame alone: drop its newline
+    frames = feats[:, : frame_tokens(model.config)]  # each frame alone: drop its newline
     rows = torch.cat([frames.reshape(-1, feats.shape[-1]), inner.image_newline[None].to(feats.dtype)])
     embeds = inner.get_input_embeddings()(batch.ids)
     video = (batch.ids == model.config.video_token_id)[..., None]
@@ -170,16 +170,17 @@ def option_accuracy(logits: torch.Tensor, batch: Batch, packer: Packer) -> dict[
 
 
 class Trainer:
-    """One training run of `spec`; `run` trains, logging to `log` and checkpointing to `out`."""
+    """One training run of `spec`; `run` trains, logging to `log` and checkpointing to `out`. The
+    world's parts (its words, streams, probe and card) are the methods a second world overrides."""
 
     def __init__(self, spec: TrainSpec, log: Callable[[str], None] = print) -> None:
         self.spec = spec
         self.log = log
-        model, processor = build_model(spec.model, spec.seed)
+        model, processor = build_model(spec.model, spec.seed, self.words())
         self.lm = wrap(model, processor, source="toy (training)")
         self.model = model
-        self.packer = Packer(self.lm)
-        self.probe = FrameProbe(spec.model.hidden)
+        self.packer = Packer(self.lm, self.frame_label)
+        self.probe = self.make_probe()
         named = [*model.named_parameters(), *self.probe.named_parameters(prefix="probe")]
         decay = [p for n, p in named if p.ndim >= 2 and "embed" not in n]
         rest = [p for n, p in named if not (p.ndim >= 2 and "embed" not in n)]
@@ -191,17 +192,44 @@ class Trainer:
         vision = [*model.model.vision_tower.parameters(), *model.model.multi_modal_projector.parameters()]
         self.pre_opt = torch.optim.AdamW([*vision, *self.probe.parameters()], lr=spec.pretrain_lr, weight_decay=0.0)
         weights = dict(spec.task_weights)
-        self.val = [sample_stream(spec.val_seed0 + i, spec.val_frames, 16, weights) for i in range(spec.val_streams)]
+        self.val = [self.sample(spec.val_seed0 + i, spec.val_frames, 16, weights) for i in range(spec.val_streams)]
         self.curve: list[dict] = []
+
+    # -- the world's parts ------------------------------------------------------------------------
+
+    def words(self) -> list[str] | None:
+        """The world's words for the tokenizer (None: the first world's)."""
+        return None
+
+    def sample(self, seed: int, frames: int, questions: int, weights: dict[str, float]) -> Stream:
+        return sample_stream(seed, frames, questions, weights)
+
+    def frame_label(self, clip: Any, t: int) -> tuple[int, ...]:
+        return frame_label(clip, t)
+
+    def make_probe(self) -> torch.nn.Module:
+        return FrameProbe(self.spec.model.hidden)
+
+    def batch_size(self, step: int) -> int:
+        return self.spec.batch
+
+    def save(self, out: str | Path) -> None:
+        save(self.model.eval(), self.lm.processor, out)
+
+    def loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """The answers' loss: every scored token alike."""
+        return torch.nn.functional.cross_entropy(logits.float(), batch.targets[:, 2])
+
+    # -- training ---------------------------------------------------------------------------------
 
     def streams(self, step: int) -> list[Stream]:
         stage = self.spec.stage_at(step)
         weights = dict(stage.weights or self.spec.task_weights)
         out = []
-        for i in range(self.spec.batch):
+        for i in range(self.batch_size(step)):
             seed = self.spec.train_seed0 + step * self.spec.batch + i
             frames = int(np.random.default_rng(seed).integers(stage.frames[0], stage.frames[1] + 1))
-            out.append(sample_stream(seed, frames, stage.questions, weights))
+            out.append(self.sample(seed, frames, stage.questions, weights))
         return out
 
     def pretrain_step(self, step: int) -> float:
@@ -210,15 +238,15 @@ class Trainer:
         seeds = range(
             spec.train_seed0 - (step + 1) * spec.pretrain_frames, spec.train_seed0 - step * spec.pretrain_frames
         )
-        clips = [sample_stream(seed, 8, 0).clip for seed in seeds]
+        clips = [self.sample(seed, 8, 0, {}).clip for seed in seeds]
         rng = np.random.default_rng(spec.train_seed0 - step - 1)
         times = [int(rng.integers(c.frames)) for c in clips]
         frames = np.stack([c.render(t) for c, t in zip(clips, times, strict=True)])
-        labels = torch.tensor([frame_label(c, t) for c, t in zip(clips, times, strict=True)])
+        labels = torch.tensor([self.frame_label(c, t) for c, t in zip(clips, times, strict=True)])
         pixels = self.packer.pixels(like_h264(frames))
         feats = self.model.model.get_video_features(
             pixels[:, None], vision_feature_layer=-1, vision_feature_select_strategy="full"
-        ).pooler_output[:, :TOKENS_PER_FRAME]
+        ).pooler_output[:, : self.packer.per_frame]
         loss = self.probe.loss(feats, labels)
         for group in self.pre_opt.param_groups:  # a cosine from pretrain_lr down to a tenth of it
             group["lr"] = spec.pretrain_lr * (0.55 + 0.45 * math.cos(math.pi * step / spec.pretrain_steps))
@@ -233,7 +261,7 @@ class Trainer:
         self.model.train()
         batch = self.packer.pack(self.streams(step), np.random.default_rng(spec.train_seed0 + step))
         logits, frames = target_logits(self.model, batch)
-        loss = torch.nn.functional.cross_entropy(logits.float(), batch.targets[:, 2])
+        loss = self.loss(logits, batch)
         stage = spec.stage_at(step)
         if stage.frame_loss > 0:
             loss = loss + stage.frame_loss * self.probe.loss(frames, batch.frame_labels)
@@ -252,8 +280,11 @@ class Trainer:
         hits: dict[str, list[bool]] = defaultdict(list)
         for i in range(0, len(self.val), self.spec.batch):
             batch = self.packer.pack(self.val[i : i + self.spec.batch], None)
-            for task, ok in option_accuracy(target_logits(self.model, batch)[0], batch, self.packer).items():
+            logits = target_logits(self.model, batch)[0]
+            for task, ok in option_accuracy(logits, batch, self.packer).items():
                 hits[task] += ok
+            for q, rows in batch.sequences:  # a many-word answer is right when all its words are
+                hits[q.task].append(bool((logits[rows].argmax(-1) == batch.targets[rows, 2]).all()))
         return {task: float(np.mean(ok)) for task, ok in sorted(hits.items())}
 
     def run(self, out: str | Path | None = None) -> list[dict]:
@@ -289,5 +320,5 @@ class Trainer:
                 self.curve.append(point)
                 self.log(json.dumps(point))
         if out is not None:
-            save(self.model.eval(), self.lm.processor, out)
+            self.save(out)
         return self.curve

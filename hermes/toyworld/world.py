@@ -284,6 +284,11 @@ def _coverage(shape: str, dx: np.ndarray, dy: np.ndarray, r: float) -> np.ndarra
         arm, width = r, 0.3 * r
         bar = lambda a, b: np.clip(arm - np.abs(a) + 0.5, 0, 1) * np.clip(width - np.abs(b) + 0.5, 0, 1)  # noqa: E731
         return np.maximum(bar(dx, dy), bar(dy, dx))
+    if shape == "diamond":  # a square on its corner
+        return np.clip(r - (np.abs(dx) + np.abs(dy)) + 0.5, 0, 1)
+    if shape == "ring":  # a circle with a hole of half its radius (the second world's shapes)
+        d = np.hypot(dx, dy)
+        return np.clip(r - d + 0.5, 0, 1) * np.clip(d - 0.5 * r + 0.5, 0, 1)
     if shape == "triangle":  # pointing up, its three edges as half-planes
         cover = np.clip(0.5 * r - dy + 0.5, 0, 1)  # the base
         for sx in (-1.0, 1.0):  # the sides from the apex (0, -r) to the corners (+-0.87 r, r / 2)

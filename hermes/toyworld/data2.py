@@ -1,0 +1,96 @@
+"""Training data of the second world: streams with their questions, in the training wordings.
+
+Streams are packed by the first world's `Packer` (one pass, many questions, each seeing what the
+full cache would show it); only the clips, the questions and the frame probe's labels differ.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hermes.toyworld.data import CHUNKS, NO_SIDE, Stream, cuts
+from hermes.toyworld.questions import SIDES, Question
+from hermes.toyworld.questions2 import TRAIN, backward2, is_there2, never_seen2, real_time2, recall, scene
+from hermes.toyworld.world import COLOURS
+from hermes.toyworld.world2 import LANES, SHAPES2, Clip2, WorldSpec2, make_clip2
+
+# How often each kind of training question is drawn (relative weights).
+TASK_WEIGHTS2: dict[str, float] = {
+    "OJR": 1.5,
+    "ATR": 1.5,
+    "STU": 1.0,
+    "SSR": 1.5,
+    "EPM": 2.0,
+    "HLD": 2.0,
+    "HLD-never": 0.5,
+    "REC": 0.5,
+    "NOW": 0.5,
+}
+
+
+def world_for2(frames: int) -> WorldSpec2:
+    """The world of clips `frames` steps long: the held-out world's for 48 steps and more; for
+    shorter clips, shorter stays and entrances closer together, so that two or three objects are on
+    screen from the first steps."""
+    if frames >= 48:
+        return WorldSpec2(frames=frames)
+    stay = max(2, frames * 28 // 64)
+    return WorldSpec2(
+        frames=frames,
+        min_visits=min(3, max(1, frames // 4)),
+        max_visits=6,
+        min_stay=max(1, min(stay, frames // 4 + 1)),
+        max_stay=stay,
+        min_gap=0 if frames < 16 else 2,
+        max_gap=max(2, frames * 10 // 64),
+    )
+
+
+def draw_question2(clip: Clip2, task: str, at: int, rng: np.random.Generator) -> Question | None:
+    """A training question of `task` asked after `at` steps, or None when the clip offers none then."""
+    if task in ("OJR", "ATR", "STU"):
+        return real_time2(clip, task, at, rng, TRAIN)
+    if task == "SSR":
+        return is_there2(clip, at, rng, TRAIN)
+    if task == "HLD-never":
+        return never_seen2(clip, at, rng, TRAIN)
+    if task == "REC":
+        return recall(clip, at, rng, TRAIN)
+    if task == "NOW":
+        return scene(clip, at, rng, TRAIN)
+    pool = [q for q in backward2(clip, at, rng, TRAIN) if q.task == task]
+    return pool[int(rng.integers(len(pool)))] if pool else None
+
+
+def sample_stream2(seed: int, frames: int, n_questions: int, weights: dict[str, float] = TASK_WEIGHTS2) -> Stream:
+    """The training stream of `seed` in the second world: its clip, chunking and questions."""
+    rng = np.random.default_rng(seed)
+    clip = make_clip2(seed, world_for2(frames))
+    stream = Stream(clip, int(rng.choice(CHUNKS)))
+    ends = cuts(frames, stream.chunk)
+    tasks, p = list(weights), np.asarray(list(weights.values()))
+    for _ in range(20 * n_questions):
+        if len(stream.questions) == n_questions:
+            break
+        q = draw_question2(clip, tasks[int(rng.choice(len(tasks), p=p / p.sum()))], int(rng.choice(ends)), rng)
+        if q is not None:
+            stream.questions.append(q)
+    return stream
+
+
+def frame_label2(clip: Clip2, t: int) -> tuple[int, ...]:
+    """What step t shows in each lane (top first), as class indices: shape and colour (0 where the
+    lane is empty) and side (NO_SIDE where there is none)."""
+    out: list[int] = []
+    for lane in LANES:
+        v = clip.in_lane(t, lane)
+        if v is None:
+            out += [0, 0, NO_SIDE]
+            continue
+        side = v.side_at(t)
+        out += [
+            1 + SHAPES2.index(v.shape),
+            1 + list(COLOURS).index(v.colour_at(t)),
+            NO_SIDE if side is None else SIDES.index(side),
+        ]
+    return tuple(out)

@@ -1,0 +1,165 @@
+"""Train the second world's model: the first world's recipe (`hermes.toyworld.train`) at its size.
+
+What differs: a deeper language model (8 layers, so the paper's 10/60/30 split gives the tiers
+1 / 5 / 2 layers), 112 px frames of 16 tokens, the frame probe reading each lane from all of a
+frame's tokens (a frame's mean holds no one object), a curriculum that ends on the held-out
+length of 64 steps with fewer streams a step (a step's cost grows with the square of a stream's
+tokens), and the loss of a many-word answer (recall, scene) spread over its words so that one such
+answer weighs as much as two one-word ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hermes.models.card import ModelCard
+from hermes.toyworld.data import NO_SIDE, Batch, Stream
+from hermes.toyworld.data2 import TASK_WEIGHTS2, frame_label2, sample_stream2
+from hermes.toyworld.model import ModelSpec, save, tokens_per_frame
+from hermes.toyworld.questions import SIDES
+from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, vocabulary2
+from hermes.toyworld.train import Stage, Trainer, TrainSpec
+from hermes.toyworld.world import COLOURS, WORLD_FPS
+from hermes.toyworld.world2 import LANES, SHAPES2, spec_facts
+
+RECIPE_VERSION2 = 1
+REAL_TIME_ONLY2 = (("OJR", 1.0), ("ATR", 1.0), ("STU", 1.0), ("SSR", 1.0), ("NOW", 0.5))
+BACKWARD_HEAVY2 = (
+    ("OJR", 0.7),
+    ("ATR", 1.0),
+    ("STU", 0.5),
+    ("SSR", 1.0),
+    ("EPM", 2.5),
+    ("HLD", 3.0),
+    ("HLD-never", 0.5),
+    ("REC", 0.7),
+    ("NOW", 0.3),
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec2(ModelSpec):
+    """The second world's model: 8 language layers, 112 px frames in 14 px patches (16 tokens)."""
+
+    layers: int = 8
+    hidden: int = 64
+    intermediate: int = 192
+    image_side: int = 112
+    patch: int = 14
+
+
+@dataclass(frozen=True)
+class Stage2(Stage):
+    """A stage with its own number of streams a step."""
+
+    batch: int = 8
+
+
+@dataclass(frozen=True)
+class TrainSpec2(TrainSpec):
+    """Everything that decides a training run of the second world's model."""
+
+    model: ModelSpec = field(default_factory=ModelSpec2)
+    pretrain_steps: int = 500
+    stages: tuple[Stage, ...] = (
+        Stage2(300, (1, 4), 6, REAL_TIME_ONLY2, batch=16),
+        Stage2(500, (4, 16), 10, batch=8),
+        Stage2(450, (16, 32), 12, batch=4),
+        Stage2(500, (40, 64), 14, BACKWARD_HEAVY2, batch=2),
+    )
+    batch: int = 8  # the validation's streams a pass
+    warmup: int = 150
+    train_seed0: int = 50_000_000
+    val_seed0: int = 60_000_000
+    val_streams: int = 16
+    val_frames: int = 64
+    eval_every: int = 300
+    task_weights: tuple[tuple[str, float], ...] = tuple(TASK_WEIGHTS2.items())
+
+    def settings_hash(self) -> str:
+        """The hash of every setting and seed of the run, the world, the wordings and the recipe."""
+        facts = {
+            "train": self.to_dict(),
+            "world": spec_facts(),
+            "wordings": [TRAIN_WORDINGS, HELDOUT_WORDINGS],
+            "recipe": RECIPE_VERSION2,
+        }
+        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class FrameProbe2(torch.nn.Module):
+    """A training aid, not saved: linear read-outs of each lane's shape, colour and side from all of
+    a frame's tokens (flattened), since a frame's mean mixes its objects."""
+
+    def __init__(self, hidden: int, per_frame: int) -> None:
+        super().__init__()
+        sizes = (len(SHAPES2) + 1, len(COLOURS) + 1, len(SIDES)) * len(LANES)
+        self.heads = torch.nn.ModuleList(torch.nn.Linear(hidden * per_frame, n) for n in sizes)
+
+    def loss(self, frame_features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        flat = frame_features.reshape(frame_features.shape[0], -1)
+        # A column with no label to read (a lane whose objects never leave the middle) adds nothing:
+        # cross-entropy over no rows is not a number.
+        return sum(
+            torch.nn.functional.cross_entropy(h(flat), labels[:, i])
+            for i, h in enumerate(self.heads)
+            if bool((labels[:, i] != NO_SIDE).any())
+        )
+
+
+class Trainer2(Trainer):
+    """A training run of `TrainSpec2` on the second world."""
+
+    def words(self) -> list[str]:
+        return vocabulary2()
+
+    def sample(self, seed: int, frames: int, questions: int, weights: dict[str, float]) -> Stream:
+        return sample_stream2(seed, frames, questions, weights or TASK_WEIGHTS2)
+
+    def frame_label(self, clip: Any, t: int) -> tuple[int, ...]:
+        return frame_label2(clip, t)
+
+    def make_probe(self) -> torch.nn.Module:
+        spec = self.spec.model
+        return FrameProbe2(spec.hidden, tokens_per_frame(spec.image_side, spec.patch))
+
+    def batch_size(self, step: int) -> int:
+        stage = self.spec.stage_at(step)
+        return stage.batch if isinstance(stage, Stage2) else self.spec.batch
+
+    def save(self, out: str | Path) -> None:
+        save(self.model.eval(), self.lm.processor, out, card2())
+
+    def loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Cross-entropy per scored token, a many-word answer's words sharing the weight of two."""
+        weights = torch.ones(len(batch.targets))
+        for _, rows in batch.sequences:
+            weights[rows] = 2.0 / len(rows)
+        losses = torch.nn.functional.cross_entropy(logits.float(), batch.targets[:, 2], reduction="none")
+        return (losses * weights).sum() / weights.sum()
+
+
+ABOUT2 = (
+    "trained here on synthetic clips with two or three shapes at once (docs/toyworld.md, world v2); it answers "
+    "about the present above chance and about the past at chance: an unfinished model, not a memory benchmark yet"
+)
+
+
+def card2(frames: int = 64, chunk_frames: int = 4) -> ModelCard:
+    """The second toy model's card: one frame a step, 4-frame chunks, a budget of a quarter of a
+    held-out stream, HERMES beside FIFO; no bundled samples (the app's toy clips are the first world's)."""
+    per_frame = tokens_per_frame(ModelSpec2.image_side, ModelSpec2.patch)
+    tokens = frames * per_frame + frames // chunk_frames
+    stream = {
+        "fps": WORLD_FPS,
+        "chunk_frames": chunk_frames,
+        "budget": tokens // 4,
+        "compare_policies": ["hermes", "fifo"],
+    }
+    return ModelCard(about=ABOUT2, stream=stream, samples=False)

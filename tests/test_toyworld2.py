@@ -1,0 +1,182 @@
+"""The second toy world: several objects at once, long clips, questions in many wordings, its model."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from hermes.engine.guidance import GLOBAL_PROMPT, LOCAL_PROMPT
+from hermes.toyworld import bench
+from hermes.toyworld.data import Packer, Stream
+from hermes.toyworld.data2 import frame_label2, sample_stream2
+from hermes.toyworld.files import read_events, write_clip
+from hermes.toyworld.heldout2 import HeldOutSpec2, build2
+from hermes.toyworld.model import tokens_per_frame
+from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, recall, story
+from hermes.toyworld.train2 import ModelSpec2, TrainSpec2
+from hermes.toyworld.world import COLOURS, WorldError
+from hermes.toyworld.world2 import LANES, SHAPES2, Clip2, lane_of, make_clip2
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def toy2():
+    from hermes.models.loading import load_video_lm
+
+    return load_video_lm("toy2", dtype="fp32")
+
+
+def _sentences(templates: tuple[str, ...]) -> set[str]:
+    """Every question the templates make."""
+    return {
+        t.format(shape=shape, colour=colour, where=where)
+        for t in templates
+        for shape in SHAPES2
+        for colour in COLOURS
+        for where in WHERE.values()
+    }
+
+
+def _words(text: str) -> set[str]:
+    for mark in "?.,:":
+        text = text.replace(mark, f" {mark} ")
+    return set(text.lower().split())
+
+
+# -- the world --------------------------------------------------------------------------------------
+
+
+def test_clips_hold_several_objects_in_their_own_lanes():
+    clips = [make_clip2(seed) for seed in range(20)]
+    assert make_clip2(3) == make_clip2(3) and make_clip2(3) != make_clip2(4)
+    assert all(c.frames == 64 for c in clips)
+    counts = Counter(len(c.on_screen(t)) for c in clips for t in range(c.frames))
+    assert max(counts) == 3 and counts[2] + counts[3] > counts[1]  # mostly two or three at once
+    for c in clips:
+        assert len({v.shape for v in c.visits}) == len(c.visits)  # "the ring" names one object
+        for t in range(c.frames):
+            lanes = [lane_of(v) for v in c.on_screen(t)]
+            assert len(lanes) == len(set(lanes))
+    still = [v.start == v.end for c in clips for v in c.visits]
+    assert 0.3 < np.mean(still) < 0.7  # static stretches: about half the objects stand still
+
+
+def test_a_frame_is_sixteen_tokens_and_each_lane_draws_its_object():
+    assert tokens_per_frame(ModelSpec2.image_side, ModelSpec2.patch) == 16
+    clip = make_clip2(5)
+    t = next(t for t in range(clip.frames) if len(clip.on_screen(t)) >= 2)
+    frame, empty = clip.render(t).astype(int), clip.render(-1.0).astype(int)
+    changed = np.abs(frame - empty).sum(-1) > 60
+    for lane, y in LANES.items():
+        row = changed[int(y * frame.shape[0])]
+        assert row.any() == (clip.in_lane(t, lane) is not None), lane
+    labels = frame_label2(clip, t)
+    assert len(labels) == 9 and sum(x > 0 for x in labels[0::3]) == len(clip.on_screen(t))
+
+
+def test_a_clip_file_round_trips_and_a_shared_lane_is_refused(tmp_path):
+    clip = make_clip2(6)
+    path = write_clip(clip, tmp_path / "clip.mp4")
+    assert read_events(path) == clip and isinstance(read_events(path), Clip2)
+    data = clip.to_dict()
+    first, other = data["visits"][0], next(v for v in data["visits"][1:] if v["enter"] < data["visits"][0]["leave"])
+    other["start"], other["end"] = list(first["start"]), list(first["end"])
+    with pytest.raises(WorldError, match="share the"):
+        Clip2.from_dict(data)
+
+
+# -- the questions ----------------------------------------------------------------------------------
+
+
+def test_held_out_wordings_are_new_sentences_of_trained_words():
+    for task, wordings in HELDOUT_WORDINGS.items():
+        assert wordings and not set(wordings) & set(TRAIN_WORDINGS[task]), task
+    trained = set().union(*(_words(t) for ts in TRAIN_WORDINGS.values() for t in ts))
+    firsts = {t.split()[0] for ts in TRAIN_WORDINGS.values() for t in ts}
+    for template in (t for ts in HELDOUT_WORDINGS.values() for t in ts):
+        assert _words(template) <= trained, template  # no word the model never trained on
+        assert template.split()[0] in firsts, template
+    assert GLOBAL_PROMPT in TRAIN_WORDINGS["REC"] and LOCAL_PROMPT in TRAIN_WORDINGS["NOW"]
+
+
+def test_recall_answers_with_the_events_so_far():
+    clip = make_clip2(7)
+    first = clip.visits[0]
+    assert story(clip, first.enter + 1).split(" , ")[0] == f"{first.colour} {first.shape}"
+    full = story(clip, clip.frames).split(" , ")
+    assert len(full) == len(clip.visits) + sum(v.change is not None for v in clip.visits)
+    lm_free = recall(clip, clip.frames, np.random.default_rng(0))
+    assert lm_free.answer == story(clip, clip.frames) and lm_free.task == "REC"
+
+
+def test_a_held_out_set_asks_in_both_wordings(tmp_path):
+    root = build2(tmp_path / "set", HeldOutSpec2(seed0=9, clips=2))
+    entries = json.loads((root / "toyworld.json").read_text())
+    assert {e["wording"] for e in entries} == {"train", "heldout"}
+    for e in entries:
+        table = HELDOUT_WORDINGS if e["wording"] == "heldout" else TRAIN_WORDINGS
+        task = "EPM-first" if e["task"] == "EPM" and "first" in e["question"] else e["task"]
+        assert e["question"] in _sentences(table[task]), e
+    held = bench.load_heldout(root)
+    assert held.frames == 64 and {q.wording for q in held.questions} == {"train", "heldout"}
+
+
+# -- the model --------------------------------------------------------------------------------------
+
+
+def test_the_toy2_checkpoint_loads_offline_deep_enough_and_knows_its_words(toy2):
+    from transformers import AutoModelForImageTextToText
+
+    from hermes.toyworld.paths import MODEL2_DIR
+
+    model = AutoModelForImageTextToText.from_pretrained(MODEL2_DIR, local_files_only=True)
+    assert model.config.text_config.num_hidden_layers >= 8
+    assert bench.tokens_per_frame(toy2) == 16
+    unk = toy2.tokenizer.unk_token_id
+    for prompt in (GLOBAL_PROMPT, LOCAL_PROMPT, "What is happening right now?"):
+        assert unk not in toy2.tokenizer(prompt)["input_ids"], prompt
+
+
+def test_a_many_word_answer_is_scored_on_every_word(toy2):
+    stream = sample_stream2(11, 12, 0)
+    stream = Stream(stream.clip, 4, [recall(stream.clip, 12, np.random.default_rng(0))])
+    batch = Packer(toy2, frame_label2).pack([stream], None)
+    ((question, rows),) = batch.sequences
+    assert len(rows) == len(question.answer.split()) + 1 and not batch.answers  # its words and the end of turn
+
+
+def test_the_committed_toy2_model_is_the_recipes_and_meets_its_record():
+    """The committed checkpoint has the recipe's settings hash, and the packed pass over the held-out
+    clips (what the full cache gives) agrees with the engine's scores the training run recorded."""
+    from hermes.toyworld.paths import HELDOUT2_DIR, MODEL2_DIR
+    from hermes.toyworld.recipe import RECORD, packed_scores
+
+    record = json.loads((MODEL2_DIR / RECORD).read_text())
+    assert record["settings_hash"] == TrainSpec2().settings_hash()
+    scores = packed_scores(MODEL2_DIR, HELDOUT2_DIR)
+    recorded = record["heldout"]["full"]
+    assert recorded["real-time"][0] == pytest.approx(scores["real-time"], abs=0.01)
+    assert recorded["backward"][0] == pytest.approx(scores["backward"], abs=0.01)
+
+
+def test_the_bench_runs_on_the_second_world(toy2):
+    from hermes.toyworld.paths import HELDOUT2_DIR
+
+    held = bench.load_heldout(HELDOUT2_DIR)
+    assert bench.stream_tokens(toy2, held) == 64 * 16 + 16
+    results = bench.run(toy2, held, ["full", "fifo"], [260], videos=1)
+    rows = results[("fifo", 260)].questions
+    assert rows and all(len(r["newest_held"]) == 8 for r in rows)
+    assert {w for w, _ in bench.wording_scores(rows)} == {"train", "heldout"}
+    assert "held-out" in bench.render_wordings(results)
