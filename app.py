@@ -8,6 +8,9 @@ model of the default's architecture ("tiny-24" on a GPU, "tiny-qwen35-24" on a C
 the page. Host and port follow --host/--port, else
 GRADIO_SERVER_NAME/GRADIO_SERVER_PORT, else Gradio's defaults (127.0.0.1:7860). With --state-dir
 (else $HERMES_STATE_DIR) each viewer's memory is checkpointed there and offered back after a restart.
+With --ray ADDRESS (or auto) the page is a front end of a Ray cluster (docs/deployment.md): every
+stream lives on one of the cluster's engines, made from these options if the cluster has none yet,
+checkpointed to --state-dir (a folder every node shares). Without --ray nothing imports ray.
 """
 
 from __future__ import annotations
@@ -90,7 +93,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "address, or with HOSTS (comma-separated host names and networks, e.g. cam.local,10.0.0.0/8) only from "
         "those; loopback and private addresses only when named (default: no URLs)",
     )
+    add_cluster_option(p)
     return p.parse_args(argv)
+
+
+def add_cluster_option(p: argparse.ArgumentParser) -> None:
+    """--ray: the page as a front end of a Ray cluster."""
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="serve the streams of a Ray cluster's engines (host:port of its head, or auto); needs --state-dir on "
+        "a folder every node shares (default: one process, no Ray)",
+    )
+
+
+def cluster_front(args: argparse.Namespace):
+    """Join the Ray cluster at `args.ray`, make its engines and directory if it has none (from these
+    options), and return the front end's registry of the cluster's streams."""
+    from hermes.cluster import EngineConfig, RemoteRegistry, connect, ensure_cluster
+
+    connect(args.ray)
+    config = EngineConfig(
+        args.state_dir, args.model, args.device, args.dtype, args.max_sessions, args.lease_s,
+        args.memory_cap_mb, args.checkpoint_every or 8,
+    )  # fmt: skip
+    ensure_cluster(config)
+    return RemoteRegistry()
 
 
 def checkpoint_options(args: argparse.Namespace) -> dict:
@@ -110,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hermes.serving import CheckpointStore, UrlPolicy, load_model_or_fallback, requested_model
     from ui import build_app, launch_options
 
+    if args.ray is not None:
+        return serve_cluster(args)
     checkpoints = None
     if args.state_dir is not None:
         try:
@@ -134,6 +165,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         lease_s=args.lease_s,
         urls=urls,
     )
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
+    return 0
+
+
+def serve_cluster(args: argparse.Namespace) -> int:
+    """`main` with --ray: the same page, every stream on the cluster's engines (which checkpoint it),
+    found by the key the viewer's browser keeps, whichever front end serves the page."""
+    from hermes.cluster import browser_secret
+    from hermes.serving import UrlPolicy
+    from ui import build_app, launch_options
+
+    if args.state_dir is None:
+        print("app.py: error: --ray needs --state-dir, a folder every node of the cluster shares", file=sys.stderr)
+        return 2
+    try:
+        urls = UrlPolicy.parse(args.allow_urls)
+    except ValueError as exc:
+        print(f"app.py: error: {exc}", file=sys.stderr)
+        return 2
+    registry = cluster_front(args)
+    secret = browser_secret(args.state_dir)
+    demo = build_app(registry.lm, registry=registry, load_error=registry.load_error, urls=urls, browser_secret=secret)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
     return 0
 

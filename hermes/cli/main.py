@@ -1,4 +1,4 @@
-"""Command line: python -m hermes {stream, ask, build-tiny, bench, eval, toyworld}."""
+"""Command line: python -m hermes {stream, ask, build-tiny, bench, eval, toyworld, cluster}."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from hermes.cli.bench import add_bench_parser
 from hermes.cli.build_tiny import add_build_tiny_parser
+from hermes.cli.cluster import add_cluster_parser
 from hermes.cli.eval import add_eval_parser
 from hermes.cli.memory import add_ask_parser
 from hermes.cli.stream import add_stream_parser
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_eval_parser(sub)
     add_toyworld_parser(sub)
+    add_cluster_parser(sub)
     return parser
 
 
