@@ -8,6 +8,11 @@ and the pip `playwright` package; `playwright install` is never used.
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -61,3 +66,28 @@ def open_page(browser, url: str, viewport: dict):
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     return page, errors
+
+
+@contextlib.contextmanager
+def app_served(args: Sequence[str], port: int, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`python app.py ARGS` serving on 127.0.0.1:`port` (its output appended to `log`) until the block
+    ends; its URL once the page answers. The test fails, with the log's end, if it exits or never serves."""
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "app.py", *args, "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, **(env or {}), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    with log.open("a") as out:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, f"app.py exited: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"app.py never served: {log.read_text()[-3000:]}"
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    break
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -5,20 +5,13 @@ is refused a file that is not a memory, and loads the download to the same answe
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hermes.engine.persist import read_session
-from tests.browsers import TIMEOUT_MS
+from tests.browsers import TIMEOUT_MS, app_served
 from tests.test_app import free_port
 
 pytestmark = pytest.mark.browser
@@ -27,28 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What did you see at the start?"
 
 
-@contextlib.contextmanager
-def app_process(port: int, state: Path, log: Path) -> Iterator[str]:
+def app_process(port: int, state: Path, log: Path):
     """`python app.py` on the tiny model with a state folder, serving on `port` until the block ends."""
-    cmd = [sys.executable, "app.py", "--model", "tiny", "--dtype", "fp32", "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--state-dir", str(state), "--checkpoint-every", "2"]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    with log.open("a") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, f"app.py exited: {log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"app.py never served: {log.read_text()[-3000:]}"
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    break
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    args = ["--model", "tiny", "--dtype", "fp32", "--state-dir", str(state), "--checkpoint-every", "2"]
+    return app_served(args, port, log)
 
 
 def open_in(context, url: str):

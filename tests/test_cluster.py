@@ -10,7 +10,6 @@ ray is in the lock (requirements.txt), so CI has it: without it these tests fail
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -18,8 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +45,7 @@ from hermes.cluster import (  # noqa: E402
 from hermes.cluster.launch import NAMESPACE  # noqa: E402
 from hermes.cluster.records import CHECKPOINTS, short_id  # noqa: E402
 from hermes.serving import CheckpointStore, StreamSettings  # noqa: E402
+from tests.browsers import app_served  # noqa: E402
 from tests.helpers import SMALL, wait_for  # noqa: E402
 from tests.test_app import free_port  # noqa: E402
 
@@ -277,28 +275,10 @@ def test_removing_an_engines_node_moves_its_stream_from_its_last_checkpoint(clus
     assert registry.get("viewer-a").view().frames_seen == 4 and answer(registry.get("viewer-a"))
 
 
-@contextlib.contextmanager
-def front_end(cluster: Running, port: int, log: Path) -> Iterator[str]:
+def front_end(cluster: Running, port: int, log: Path):
     """`python app.py --ray` on the test's cluster, a driver of its own serving on `port`, until the block ends."""
-    cmd = [sys.executable, "app.py", "--ray", cluster.cluster.address, "--state-dir", str(cluster.state)]
-    cmd += ["--model", "tiny", "--dtype", "fp32", "--host", "127.0.0.1", "--port", str(port)]
-    env = os.environ | cluster.env | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    with log.open("a") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, f"app.py --ray exited: {log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"app.py --ray never served: {log.read_text()[-3000:]}"
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    break
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    args = ["--ray", cluster.cluster.address, "--state-dir", str(cluster.state), "--model", "tiny", "--dtype", "fp32"]
+    return app_served(args, port, log, cluster.env)
 
 
 def wait_status(page, condition: str, timeout: float = 90_000) -> None:

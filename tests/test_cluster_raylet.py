@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -19,14 +18,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-# Before ray is imported (a process reads its authentication mode once); the same token as
-# tests/test_cluster.py's when both run in one session.
-AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(32)}
-os.environ.update(AUTH)
+# isort: off
+# First: tests/test_cluster.py sets the token before ray is imported (a process reads its
+# authentication mode once), the same for both modules in one session.
+from tests.test_cluster import AUTH, LOOPBACK, PER_FRAME, ROOT, answer, finished
+import ray
 
-import ray  # noqa: E402
+# isort: on
 
-from hermes.cluster import (  # noqa: E402
+from hermes.cluster import (
     EngineConfig,
     RemoteRegistry,
     checkpoint_key,
@@ -35,10 +35,9 @@ from hermes.cluster import (  # noqa: E402
     memory_digest,
     tear_down,
 )
-from hermes.cluster.records import CHECKPOINTS  # noqa: E402
-from hermes.serving import CheckpointStore  # noqa: E402
-from tests.helpers import wait_for  # noqa: E402
-from tests.test_cluster import LOOPBACK, PER_FRAME, ROOT, answer, finished  # noqa: E402
+from hermes.cluster.records import CHECKPOINTS
+from hermes.serving import CheckpointStore
+from tests.helpers import wait_for
 
 
 def ours(folder: str) -> list[psutil.Process]:

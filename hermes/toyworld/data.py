@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,15 +91,27 @@ def draw_question(clip: Clip, task: str, at: int, rng: np.random.Generator) -> Q
 
 def sample_stream(seed: int, frames: int, n_questions: int, weights: dict[str, float] = TASK_WEIGHTS) -> Stream:
     """The training stream of `seed`: its clip, chunking and questions, all fixed by the seed."""
+    return sampled(make_clip(seed, world_for(frames)), seed, frames, n_questions, weights, draw_question)
+
+
+def sampled(
+    clip: Any,
+    seed: int,
+    frames: int,
+    n_questions: int,
+    weights: dict[str, float],
+    draw: Callable[[Any, str, int, np.random.Generator], Question | None],
+) -> Stream:
+    """A training stream of `clip` (of either world), its chunking and questions drawn by `draw` with
+    the tasks' `weights`, from the generator of `seed`."""
     rng = np.random.default_rng(seed)
-    clip = make_clip(seed, world_for(frames))
     stream = Stream(clip, int(rng.choice(CHUNKS)))
     ends = cuts(frames, stream.chunk)
     tasks, p = list(weights), np.asarray(list(weights.values()))
     for _ in range(20 * n_questions):
         if len(stream.questions) == n_questions:
             break
-        q = draw_question(clip, tasks[int(rng.choice(len(tasks), p=p / p.sum()))], int(rng.choice(ends)), rng)
+        q = draw(clip, tasks[int(rng.choice(len(tasks), p=p / p.sum()))], int(rng.choice(ends)), rng)
         if q is not None:
             stream.questions.append(q)
     return stream

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hermes.toyworld.data import CHUNKS, NO_SIDE, Stream, cuts
+from hermes.toyworld.data import NO_SIDE, Stream, sampled
 from hermes.toyworld.questions import SIDES, Question
 from hermes.toyworld.questions2 import TRAIN, backward2, is_there2, never_seen2, real_time2, recall, scene
 from hermes.toyworld.world import COLOURS
@@ -64,18 +64,7 @@ def draw_question2(clip: Clip2, task: str, at: int, rng: np.random.Generator) ->
 
 def sample_stream2(seed: int, frames: int, n_questions: int, weights: dict[str, float] = TASK_WEIGHTS2) -> Stream:
     """The training stream of `seed` in the second world: its clip, chunking and questions."""
-    rng = np.random.default_rng(seed)
-    clip = make_clip2(seed, world_for2(frames))
-    stream = Stream(clip, int(rng.choice(CHUNKS)))
-    ends = cuts(frames, stream.chunk)
-    tasks, p = list(weights), np.asarray(list(weights.values()))
-    for _ in range(20 * n_questions):
-        if len(stream.questions) == n_questions:
-            break
-        q = draw_question2(clip, tasks[int(rng.choice(len(tasks), p=p / p.sum()))], int(rng.choice(ends)), rng)
-        if q is not None:
-            stream.questions.append(q)
-    return stream
+    return sampled(make_clip2(seed, world_for2(frames)), seed, frames, n_questions, weights, draw_question2)
 
 
 def frame_label2(clip: Clip2, t: int) -> tuple[int, ...]:
