@@ -421,9 +421,10 @@ def test_the_model_card_sets_the_apps_defaults_and_a_broken_one_is_refused(toy_d
         registry.shutdown()
     broken = tmp_path / "model"
     shutil.copytree(toy_dir, broken)
-    (broken / CARD_FILE).write_text("{not json")
-    with pytest.raises(ModelLoadError, match=f"{CARD_FILE}: not a model card"):
-        load_video_lm(str(broken), dtype="fp32")
+    for bad in ("{not json", '{"questions": ["What?", 3]}', '{"questions": [" "]}'):
+        (broken / CARD_FILE).write_text(bad)
+        with pytest.raises(ModelLoadError, match=f"{CARD_FILE}: not a model card"):
+            load_video_lm(str(broken), dtype="fp32")
 
 
 def test_two_runs_compare_question_by_question_with_a_paired_interval(tmp_path):
@@ -505,3 +506,31 @@ def test_the_layer_wise_analysis_reads_each_layers_attention_over_the_video(tmp_
     table = render_lifts(summary, ["sensory", "working", "working", "long-term"])
     assert table.count("\n") == 1 + lm.kv_layers and "| 3 | long-term |" in table
     assert lifts_svg(summary, "t").startswith("<svg") and "polyline" in lifts_svg(summary, "t")
+
+
+def test_the_lifts_go_into_a_models_card_and_the_attention_panel_says_them(tmp_path):
+    """`toyworld layers --card` writes the measured lifts into the model folder's card (the rest of it
+    kept), and the served model's page says where its questions look, layer by layer."""
+    import shutil
+
+    from hermes.cli.main import main
+    from hermes.models.card import ModelCard
+    from hermes.toyworld.paths import HELDOUT_DIR, MODEL_DIR
+    from ui.panels import attention_note
+
+    folder = tmp_path / "toy"
+    shutil.copytree(MODEL_DIR, folder)
+    (folder / "hermes.json").write_text(json.dumps({"about": "a copy", "questions": ["What shape is on screen?"]}))
+    argv = ["toyworld", "layers", "--model", str(folder), "--heldout", str(HELDOUT_DIR), "--clips", "1"]
+    assert main([*argv, "--card", "--no-progress"]) == 0
+    card = ModelCard.read(folder)
+    assert card.about == "a copy" and card.questions == ("What shape is on screen?",)
+    assert list(card.layers) == [
+        "newest (real-time questions)",
+        "newest (every question)",
+        "evidence (backward questions)",
+    ]
+    assert all(len(v) == 4 for v in card.layers.values())
+    note = attention_note({"newest": [1.0, 3.0, 2.0], "evidence": [0.9, 1.1, 1.6]})
+    assert "newest: most in layer 1 (3.00x), least in layer 0 (1.00x)" in note and "over 3 layers" in note
+    assert "evidence: most in layer 2 (1.60x)" in note and attention_note({}) == ""

@@ -148,6 +148,45 @@ def test_the_toy2_checkpoint_loads_offline_deep_enough_and_knows_its_words(toy2)
         assert unk not in toy2.tokenizer(prompt)["input_ids"], prompt
 
 
+def test_the_page_suggests_each_toy_models_questions_and_says_where_they_look(toy2):
+    """The Try chips of the served model are its card's questions, in its training wordings (any other
+    wording is noise to a model that reads a few templates); a model without them gets general ones."""
+    import os
+
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from hermes.models.loading import load_video_lm
+    from hermes.toyworld.questions import TEMPLATES
+    from hermes.toyworld.world import SHAPES
+    from ui import build_app
+    from ui.panels import GENERAL_QUESTIONS
+
+    def chips(lm) -> list[str]:
+        (tried,) = [c for c in build_app(lm).config["components"] if c["props"].get("label") == "Try"]
+        return [sample[0] for sample in tried["props"]["samples"]]
+
+    def layers_note(lm) -> list[str]:
+        return [
+            c["props"]["value"]
+            for c in build_app(lm).config["components"]
+            if c["props"].get("elem_id") == "model-layers"
+        ]
+
+    trained2 = _sentences(tuple(q for wordings in TRAIN_WORDINGS.values() for q in wordings))
+    assert toy2.card.questions and set(toy2.card.questions) <= trained2
+    assert chips(toy2) == list(toy2.card.questions)
+    toy = load_video_lm("toy", dtype="fp32")
+    trained = {t.format(shape=s, colour=c) for t in TEMPLATES.values() for s in SHAPES for c in COLOURS}
+    assert toy.card.questions and set(toy.card.questions) <= trained
+    assert chips(toy) == list(toy.card.questions)
+    tiny = load_video_lm("tiny", dtype="fp32")
+    assert chips(tiny) == list(GENERAL_QUESTIONS)
+    # The attention panel says where the served model's questions look, from its card's measured lifts.
+    assert len(toy2.card.layers["evidence (backward questions)"]) == 8
+    (note,) = layers_note(toy2)
+    assert "measured over 8 layers" in note and "evidence (backward questions): most in layer 7 (1.01x)" in note
+    assert layers_note(tiny) == []
+
+
 def test_a_many_word_answer_is_scored_on_every_word(toy2):
     stream = sample_stream2(11, 12, 0)
     stream = Stream(stream.clip, 4, [recall(stream.clip, 12, np.random.default_rng(0))])

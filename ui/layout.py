@@ -153,8 +153,8 @@ def build_app(
                 controls = panels.settings_controls(s)
                 files = files_panel(checkpoints, browser_secret)
             with gr.Column(scale=7, min_width=400):
-                talk = panels.chat()
-        inside = panels.memory()
+                talk = panels.chat(lm.card.questions)
+        inside = panels.memory(lm.card.layers)
         cb.live = panels.live_outputs(frame, status, talk, inside)
         _wire(cb, source, controls, talk, inside)
         demo.unload(cb.unload)

@@ -5,6 +5,7 @@ them to the event handlers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import gradio as gr
@@ -49,11 +50,33 @@ ATTENTION_CAPTION = (
     "trained models shallower layers look mostly at recent slots and deep layers at a few anchors; HERMES "
     "scores tokens to match. Each point is the largest weight among neighbouring slots. StreamMem measures "
     "attention too, from the chat template's own tokens, in every layer: it is shown when HERMES is not running. "
-    "A random-weight model's profile is noise. The toy model's is a trained model's attention, but the guidance "
-    "prompt's words are unknown to it (it learnt only the toy world's words), so before the first question its "
-    "profile shows where a trained model looks when it cannot read the prompt; after a question, the prompt "
-    "carries that question and its answer, and the profile follows them."
+    "A random-weight model's profile is noise. The first toy model's is a trained model's attention, but the "
+    "guidance prompt's words are unknown to it (it learnt only its world's words), so before the first question "
+    "its profile shows where a trained model looks when it cannot read the prompt; after a question, the prompt "
+    "carries that question and its answer, and the profile follows them. The second toy model (`toy2`) was "
+    "trained on the prompts' own tasks."
 )
+
+
+def attention_note(layers: dict[str, list[float]]) -> str:
+    """What the served model's card says of where its questions look, per layer (measured with the full
+    cache by `python -m hermes toyworld layers --card`), in a line for the attention panel; '' unmeasured."""
+    if not layers:
+        return ""
+
+    def extremes(values: list[float]) -> str:
+        top, low = max(range(len(values)), key=values.__getitem__), min(range(len(values)), key=values.__getitem__)
+        return f"most in layer {top} ({values[top]:.2f}x), least in layer {low} ({values[low]:.2f}x)"
+
+    said = "; ".join(f"{name}: {extremes(values)}" for name, values in layers.items() if values)
+    return (
+        f"**Where this model's questions look**, measured over {len(next(iter(layers.values())))} layers with the "
+        "full cache (the lift: a layer's attention to a part of the stream over that part's share of the tokens; "
+        f"1 is even): {said}. The paper's split expects recency in the shallow layers and the evidence in the "
+        "deep ones; set it beside the tiers of the retained-token map above."
+    )
+
+
 PERFORMANCE_CAPTION = (
     "**Latency and memory.** Left: the time to first token of each answer against the frames seen when it "
     "was asked. It stays flat because answers read a fixed-size cache and recompute nothing. Right: the KV "
@@ -280,8 +303,13 @@ def settings_values(s: StreamSettings) -> tuple:
     return tuple(shown.get(name, getattr(s, name)) for name in SETTING_CONTROLS)
 
 
-def chat() -> Chat:
-    """The chat, the question box, and the standing questions with their plot."""
+# The Try chips of a model whose card suggests none: a real model reads any wording.
+GENERAL_QUESTIONS = ("What is happening right now?", "What did you see at the start?", "Describe the main subject.")
+
+
+def chat(questions: Sequence[str] = ()) -> Chat:
+    """The chat, the question box (its Try chips: `questions`, the served model's own, else general
+    ones), and the standing questions with their plot."""
     chatbot = gr.Chatbot(
         label="Chat about the stream",
         height=470,
@@ -300,11 +328,7 @@ def chat() -> Chat:
             elem_id="question",
         )
         ask = gr.Button("Ask", variant="primary", scale=1, min_width=80, elem_id="ask")
-    gr.Examples(
-        ["What is happening right now?", "What did you see at the start?", "Describe the main subject."],
-        inputs=question,
-        label="Try",
-    )
+    gr.Examples(list(questions or GENERAL_QUESTIONS), inputs=question, label="Try")
     with gr.Group(elem_id="watch-box"):
         gr.Markdown(
             f"**Watch for** · up to {MAX_STANDING} yes/no questions, asked after every chunk: "
@@ -339,9 +363,9 @@ def chat() -> Chat:
     return Chat(chatbot, question, ask, watch_question, watch, watching, unwatch, watch_plot)
 
 
-def memory() -> Memory:
-    """Inside the memory: the retained-token map, the attention profile, latency and memory, and
-    the raw metrics."""
+def memory(layers: dict[str, list[float]] | None = None) -> Memory:
+    """Inside the memory: the retained-token map, the attention profile (with what the served model's
+    card says of its layers, `layers`), latency and memory, and the raw metrics."""
     gr.Markdown("## Inside the memory", elem_classes="section-title")
     retained = gr.Plot(
         figures.placeholder("Start a stream: each layer's retained tokens appear here."),
@@ -357,6 +381,8 @@ def memory() -> Memory:
                 elem_id="attention",
             )
             gr.Markdown(ATTENTION_CAPTION, elem_classes="caption")
+            if note := attention_note(layers or {}):
+                gr.Markdown(note, elem_classes="caption", elem_id="model-layers")
         with gr.Column():
             performance = gr.Plot(
                 figures.placeholder("TTFT and memory appear as the stream runs.", 330),

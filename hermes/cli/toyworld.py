@@ -86,6 +86,11 @@ def _add_bench_and_layers(toy: argparse._SubParsersAction) -> None:
     add_world_option(layers)
     layers.add_argument("--clips", type=int, default=None, help="only the first N clips")
     layers.add_argument("--svg", default=None, help="also draw the lifts per layer into this SVG file")
+    layers.add_argument(
+        "--card",
+        action="store_true",
+        help="also write the lifts into the model folder's card (hermes.json): the app's attention panel shows them",
+    )
     layers.add_argument("--no-progress", action="store_true", help="no progress lines")
     layers.set_defaults(func=cmd_layers)
 
@@ -211,7 +216,23 @@ def cmd_layers(args: argparse.Namespace) -> int:
     if args.svg:
         Path(args.svg).write_text(layers.lifts_svg(summary, f"Where a question looks, per layer ({args.model})"))
         print(f"wrote {args.svg}", file=sys.stderr)
+    if args.card:
+        print(f"wrote {write_lifts(args.model, summary)}", file=sys.stderr)
     return 0
+
+
+def write_lifts(model: str, summary: dict[str, list[float]]) -> Path:
+    """The lifts per layer into the card of `model`'s folder (an alias or a path), the rest of it kept."""
+    import dataclasses
+
+    from hermes.models.card import ModelCard
+    from hermes.models.loading import resolve
+
+    folder, _ = resolve(model)
+    if not Path(folder).is_dir():
+        raise ValueError(f"--card writes into a model folder; {model!r} is not one")
+    lifts = {name: [round(v, 2) for v in values] for name, values in summary.items()}
+    return dataclasses.replace(ModelCard.read(folder), layers=lifts).write(folder)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -22,11 +22,17 @@ class ModelCardError(ValueError):
 @dataclass(frozen=True)
 class ModelCard:
     """`about`: one line for viewers; `stream`: defaults for a stream's settings (field -> value);
-    `samples`: whether clips made for this model are bundled with the app (then it starts on them)."""
+    `samples`: whether clips made for this model are bundled with the app (then it starts on them);
+    `questions`: questions in words the model was trained on, for the page to suggest (a model that
+    reads a few templates takes any other wording as noise); empty: the page's general ones;
+    `layers`: where a question's attention goes in this model, per layer, as measured (a lift per
+    layer for each part of the stream, `python -m hermes toyworld layers --card`); empty: unmeasured."""
 
     about: str | None = None
     stream: dict[str, Any] = field(default_factory=dict)
     samples: bool = False
+    questions: tuple[str, ...] = ()
+    layers: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, folder: str | Path) -> ModelCard:
@@ -36,7 +42,12 @@ class ModelCard:
             return cls()
         try:
             data = json.loads(path.read_text())
-            return cls(data.get("about"), dict(data.get("stream") or {}), bool(data.get("samples", False)))
+            questions = tuple(data.get("questions") or ())
+            if not all(isinstance(q, str) and q.strip() for q in questions):
+                raise ValueError("its questions must be a list of texts")
+            layers = {str(k): [float(v) for v in values] for k, values in dict(data.get("layers") or {}).items()}
+            stream, samples = dict(data.get("stream") or {}), bool(data.get("samples", False))
+            return cls(data.get("about"), stream, samples, questions, layers)
         except (ValueError, AttributeError, TypeError) as exc:
             raise ModelCardError(f"{path}: not a model card ({exc})") from exc
 

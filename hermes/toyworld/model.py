@@ -25,7 +25,7 @@ from hermes.models.card import ModelCard
 from hermes.models.llava_onevision import SIGLIP_NORM
 from hermes.models.tiny import LLAVA_CHAT_TEMPLATE
 from hermes.toyworld.heldout import HeldOutSpec
-from hermes.toyworld.questions import vocabulary
+from hermes.toyworld.questions import TEMPLATES, vocabulary
 from hermes.toyworld.world import WORLD_FPS
 
 IMAGE_SIDE = 56  # px the processor resizes frames to: 4 x 4 patches, 2 x 2 tokens after pooling
@@ -185,6 +185,13 @@ def build_model(spec: ModelSpec, seed: int, world: list[str] | None = None) -> t
 
 
 ABOUT = "trained here on synthetic clips of shapes (docs/toyworld.md): it knows shapes and colours, nothing else"
+# The page's suggestions: its training templates filled in (any other wording is noise to it).
+QUESTIONS = (
+    TEMPLATES["OJR"],
+    TEMPLATES["ATR"].format(shape="circle"),
+    TEMPLATES["EPM-first"].format(shape="square"),
+    TEMPLATES["HLD"].format(colour="red", shape="triangle"),
+)
 
 
 def card() -> ModelCard:
@@ -194,7 +201,9 @@ def card() -> ModelCard:
     held = HeldOutSpec()
     tokens = held.frames * TOKENS_PER_FRAME + len(held.cuts)  # every frame's tokens and a newline per chunk
     stream = {"fps": WORLD_FPS, "chunk_frames": held.chunk_frames, "budget": tokens // 4}
-    return ModelCard(about=ABOUT, stream={**stream, "compare_policies": ["hermes", "fifo"]}, samples=True)
+    return ModelCard(
+        about=ABOUT, stream={**stream, "compare_policies": ["hermes", "fifo"]}, samples=True, questions=QUESTIONS
+    )
 
 
 def save(model: Any, processor: Any, out: str | Path, model_card: ModelCard | None = None) -> Path:

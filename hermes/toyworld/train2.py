@@ -23,7 +23,7 @@ from hermes.toyworld.data import NO_SIDE, Batch, Stream
 from hermes.toyworld.data2 import TASK_WEIGHTS2, frame_label2, sample_stream2
 from hermes.toyworld.model import ModelSpec, save, tokens_per_frame
 from hermes.toyworld.questions import SIDES
-from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, vocabulary2
+from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, vocabulary2
 from hermes.toyworld.train import Stage, Trainer, TrainSpec
 from hermes.toyworld.world import COLOURS, WORLD_FPS
 from hermes.toyworld.world2 import LANES, SHAPES2, spec_facts
@@ -151,6 +151,16 @@ ABOUT2 = (
 )
 
 
+# The page's suggestions, in training wordings: the scene and the story (the guidance prompts' own
+# tasks), where an object is, and the past.
+QUESTIONS2 = (
+    TRAIN_WORDINGS["NOW"][1],
+    TRAIN_WORDINGS["REC"][0],
+    TRAIN_WORDINGS["OJR"][0].format(where=WHERE["top"]),
+    TRAIN_WORDINGS["EPM-first"][0].format(shape="ring"),
+)
+
+
 def card2(frames: int = 64, chunk_frames: int = 4) -> ModelCard:
     """The second toy model's card: one frame a step, 4-frame chunks, a budget of a quarter of a
     held-out stream, HERMES beside FIFO; no bundled samples (the app's toy clips are the first world's)."""
@@ -162,4 +172,4 @@ def card2(frames: int = 64, chunk_frames: int = 4) -> ModelCard:
         "budget": tokens // 4,
         "compare_policies": ["hermes", "fifo"],
     }
-    return ModelCard(about=ABOUT2, stream=stream, samples=False)
+    return ModelCard(about=ABOUT2, stream=stream, samples=False, questions=QUESTIONS2)
