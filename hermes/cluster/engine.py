@@ -154,11 +154,7 @@ class Engine:
     @guarded
     def start_url(self, key: str, url: str, urls: UrlPolicy, settings: StreamSettings) -> str:
         """Watch a network stream; its name as shown."""
-        stream = self.stream(key)
-        if stream.files.resumable is not None:  # into a memory loaded from a file: it goes on there
-            shown = stream.files.go_on_url(url, urls)
-        else:
-            shown = stream.start_url(url, urls, settings)
+        shown = self.stream(key).start_url(url, urls, settings)
         self._record(key, "url", url, urls=urls)
         return shown
 
@@ -274,7 +270,7 @@ class Engine:
         try:
             self._streams[key].files.go_on_url(record.video, record.urls or UrlPolicy())
         except Exception as exc:  # the memory moved all the same: it answers, and Start reconnects
-            return f"; its stream did not reopen ({exc}): press Start to reconnect."
+            return f"; its stream did not reopen ({exc}): its memory answers as it was, and Start opens it afresh."
         self._record(key, "url", record.video, urls=record.urls)
         return "; its stream reconnected and goes on."
 

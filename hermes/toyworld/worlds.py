@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.toyworld.paths import HELDOUT2_DIR, HELDOUT_DIR
 
 
+def _recipe1() -> object:
+    from hermes.toyworld.train import TrainSpec  # here: the recipes pull in torch
+
+    return TrainSpec()
+
+
+def _recipe2() -> object:
+    from hermes.toyworld.train2 import TrainSpec2
+
+    return TrainSpec2()
+
+
 @dataclass(frozen=True)
 class World:
-    """A toy world: its model's alias, its held-out set, and its training settings."""
+    """A toy world: its model's alias, its held-out set, and its recipe's training settings (`spec()`)."""
 
     name: str
     model: str
     heldout: Path
-
-    def spec(self) -> object:
-        """The recipe's training settings for this world (imported here: they pull in torch)."""
-        if self.name == "v2":
-            from hermes.toyworld.train2 import TrainSpec2
-
-            return TrainSpec2()
-        from hermes.toyworld.train import TrainSpec
-
-        return TrainSpec()
+    spec: Callable[[], object]
 
 
 WORLDS = {
-    "v1": World("v1", "toy", HELDOUT_DIR),  # one object at a time (the easy world)
-    "v2": World("v2", "toy2", HELDOUT2_DIR),  # two or three objects at once, 64-step clips
+    "v1": World("v1", "toy", HELDOUT_DIR, _recipe1),  # one object at a time (the easy world)
+    "v2": World("v2", "toy2", HELDOUT2_DIR, _recipe2),  # two or three objects at once, 64-step clips
 }
