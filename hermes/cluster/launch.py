@@ -82,9 +82,10 @@ def head_node() -> str | None:
 
 
 def ensure_cluster(config: EngineConfig, every_s: float = 1.0, max_misses: int = 3, verify: bool = False) -> list[str]:
-    """Make the engines and the directory that do not exist yet, wait for every engine's model; the
-    engines' names. `every_s`, `max_misses`: the directory's health checks; `verify`: each move also
-    reports the digest of the memory it loaded (a memory file's write, for tests and the bench)."""
+    """Make the engines and the directory that do not exist yet, wait for every engine's model but
+    those whose node is gone; the names of the cluster's engines. `every_s`, `max_misses`: the
+    directory's health checks; `verify`: each move also reports the digest of the memory it loaded
+    (a memory file's write, for tests and the bench)."""
     namespace = ray.get_runtime_context().namespace
     names = [f"{ENGINE_PREFIX}{i}" for i in range(len(engine_slots()))]
     common = {"lifetime": "detached", "get_if_exists": True, "max_restarts": -1, "num_cpus": 0}
@@ -104,7 +105,14 @@ def ensure_cluster(config: EngineConfig, every_s: float = 1.0, max_misses: int =
         .remote(names, namespace, every_s, max_misses, verify)
     )
     ray.get([directory.register.remote(name) for name in names])
-    up = _loaded(directory, dict(zip(names, engines, strict=True)))
+    # The engines numbered past today's slots (a node is gone) are the cluster's too: one of them may
+    # be the one that is up while a lower-numbered one waits for a node.
+    handles = dict(zip(names, engines, strict=True))
+    for name in ray.get(directory.status.remote())["engines"]:
+        if name not in handles:
+            handles[name] = ray.get_actor(name, namespace=namespace)
+    names = list(handles)
+    up = _loaded(directory, handles)
     deadline = time.monotonic() + REPORT_WAIT_S  # placement reads the engines' health reports
     while not all(ray.get(directory.status.remote())["engines"][name]["alive"] for name in up):
         if time.monotonic() > deadline:
