@@ -184,7 +184,11 @@ def serve_cluster(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"app.py: error: {exc}", file=sys.stderr)
         return 2
-    registry = cluster_front(args)
+    try:
+        registry = cluster_front(args)
+    except (ConnectionError, ValueError) as exc:  # no head at --ray, a malformed address: one line
+        print(f"app.py: error: --ray: {exc}", file=sys.stderr)
+        return 2
     secret = browser_secret(args.state_dir)
     demo = build_app(registry.lm, registry=registry, load_error=registry.load_error, urls=urls, browser_secret=secret)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())

@@ -123,6 +123,22 @@ def answer(stream: RemoteStream) -> str:
     return events[-1].update.text
 
 
+def test_an_address_with_no_cluster_is_one_line_not_minutes_of_retries(tmp_path):
+    """Ray retries an unreachable head for minutes; the page and the CLI say so at once and stop."""
+    closed = free_port()  # nothing listens there
+    runs = {
+        "app.py": [sys.executable, "app.py", "--ray", f"127.0.0.1:{closed}", "--state-dir", str(tmp_path)],
+        "cluster": [sys.executable, "-m", "hermes", "cluster", "--address", f"127.0.0.1:{closed}", "status"],
+        "malformed": [sys.executable, "-m", "hermes", "cluster", "--address", "headnode", "status"],
+    }
+    for name, argv in runs.items():  # the timeout: Ray's own retries outlast it
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, (name, done.stderr[-2000:])
+        (line,) = done.stderr.strip().splitlines()
+        wanted = "host:port or auto" if name == "malformed" else f"no Ray cluster answers at 127.0.0.1:{closed}"
+        assert wanted in line, (name, line)
+
+
 def test_every_node_listens_on_loopback_with_token_auth(cluster):
     nodes = [n for n in ray.nodes() if n["Alive"]]
     assert len(nodes) == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from hermes.cli.options import DTYPE_ENV
 
@@ -43,7 +44,11 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
     from hermes.cluster import EngineConfig, connect, directory, ensure_cluster, short_id
 
-    connect(args.address)
+    try:
+        connect(args.address)
+    except (ConnectionError, ValueError) as exc:
+        print(f"hermes cluster: error: {exc}", file=sys.stderr)
+        return 2
     try:
         if args.verb == "up":
             config = EngineConfig(

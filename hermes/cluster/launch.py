@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -57,10 +58,24 @@ class RayDirectory(Directory):
     """The `Directory` as a Ray actor."""
 
 
-def connect(address: str, namespace: str = NAMESPACE) -> None:
-    """Join the cluster at `address` ('auto': the one this node belongs to) as a driver."""
-    if not ray.is_initialized():
+def connect(address: str, namespace: str = NAMESPACE, timeout_s: float = 5.0) -> None:
+    """Join the cluster at `address` ('auto': the one this node belongs to) as a driver; ValueError
+    for an address that is not host:port, ConnectionError when no head answers there."""
+    if ray.is_initialized():
+        return
+    if address != "auto":
+        # Ray itself retries an unreachable head for minutes, printing a warning every few seconds.
+        host, _, port = address.split("://")[-1].rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"a Ray address is host:port or auto, not {address!r}")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except OSError as exc:
+            raise ConnectionError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
+    try:
         ray.init(address=address, namespace=namespace, log_to_driver=False)
+    except ConnectionError as exc:  # 'auto' on a node that is in no cluster
+        raise ConnectionError(f"no Ray cluster to join at {address}: {exc}") from None
 
 
 def engine_slots() -> list[dict]:
