@@ -16,8 +16,9 @@ from hermes.toyworld.data2 import frame_label2, sample_stream2
 from hermes.toyworld.files import read_events, write_clip
 from hermes.toyworld.heldout2 import HeldOutSpec2, build2
 from hermes.toyworld.model import tokens_per_frame
+from hermes.toyworld.questions import RECALL, Question
 from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, recall, story
-from hermes.toyworld.train2 import ModelSpec2, TrainSpec2
+from hermes.toyworld.train2 import FrameProbe2, ModelSpec2, TrainSpec2
 from hermes.toyworld.world import COLOURS, WorldError
 from hermes.toyworld.world2 import LANES, SHAPES2, Clip2, lane_of, make_clip2
 
@@ -183,7 +184,7 @@ def test_the_page_suggests_each_toy_models_questions_and_says_where_they_look(to
     # The attention panel says where the served model's questions look, from its card's measured lifts.
     assert len(toy2.card.layers["evidence (backward questions)"]) == 8
     (note,) = layers_note(toy2)
-    assert "measured over 8 layers" in note and "evidence (backward questions): most in layer 7 (1.01x)" in note
+    assert "measured over 8 layers" in note and "evidence (backward questions): most in layer 1 (1.13x)" in note
     assert layers_note(tiny) == []
 
 
@@ -193,6 +194,40 @@ def test_a_many_word_answer_is_scored_on_every_word(toy2):
     batch = Packer(toy2, frame_label2).pack([stream], None)
     ((question, rows),) = batch.sequences
     assert len(rows) == len(question.answer.split()) + 1 and not batch.answers  # its words and the end of turn
+
+
+def test_a_one_word_description_is_scored_as_a_description(toy2):
+    """An empty scene ("nothing") is a description one word long, not a question with options."""
+    stream = sample_stream2(11, 4, 0)
+    empty = Question(RECALL, "NOW", TRAIN_WORDINGS["NOW"][0], "nothing", 4, (3, 4))
+    batch = Packer(toy2, frame_label2).pack([Stream(stream.clip, 4, [empty])], None)
+    ((question, rows),) = batch.sequences
+    assert question is empty and len(rows) == 2 and not batch.answers
+
+
+def test_the_locating_probe_asks_each_token_for_its_row_and_column():
+    """Fitted alone on features that name their slot, the probe's position read-out learns the grid:
+    token k of a 4 x 4 frame is in row k // 4 and column k % 4."""
+    torch.manual_seed(0)
+    probe = FrameProbe2(16, 16, locate=True)
+    features = torch.eye(16).repeat(3, 1, 1)  # 3 frames, token k is the k-th unit vector
+    opt = torch.optim.Adam(probe.where.parameters(), lr=0.1)
+    for _ in range(200):
+        opt.zero_grad()
+        row, col = probe.where(features.reshape(-1, 16)).split(4, dim=-1)
+        loss = torch.nn.functional.cross_entropy(row, torch.arange(16).repeat(3) // 4)
+        loss = loss + torch.nn.functional.cross_entropy(col, torch.arange(16).repeat(3) % 4)
+        loss.backward()
+        opt.step()
+    row, col = probe.where(torch.eye(16)).split(4, dim=-1)
+    assert row.argmax(-1).tolist() == [k // 4 for k in range(16)]
+    assert col.argmax(-1).tolist() == [k % 4 for k in range(16)]
+    labels = torch.tensor([frame_label2(make_clip2(5), t) for t in range(3)])
+    without = FrameProbe2(16, 16, locate=False)
+    without.heads = probe.heads
+    with torch.no_grad():
+        # The position loss is part of the probe's loss.
+        assert float(probe.loss(features, labels)) > float(without.loss(features, labels))
 
 
 def test_the_committed_toy2_model_is_the_recipes_and_meets_its_record():

@@ -22,6 +22,7 @@ from hermes.models.base import VideoLM
 from hermes.models.llava_onevision import SIGLIP_NORM
 from hermes.toyworld.model import frame_tokens
 from hermes.toyworld.questions import (
+    RECALL,
     SIDES,
     Question,
     backward,
@@ -255,7 +256,7 @@ class Packer:
             positions += list(range(start_pos, start_pos + len(tokens)))
             group += [j] * len(tokens)
             limit += [start_pos] * len(tokens)
-            many = len(answer) > 1
+            many = len(answer) > 1 or q.kind == RECALL  # a description is scored word by word, even one word long
             for k, target in enumerate([*answer, self.eos]):
                 targets.append((start + len(q_ids) - 1 + k, target, q if k == 0 else None, many))
         return {

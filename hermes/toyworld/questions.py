@@ -23,6 +23,7 @@ import numpy as np
 from hermes.toyworld.world import COLOURS, SHAPES, Clip
 
 REAL_TIME, BACKWARD, FORWARD = "real-time", "backward", "forward"
+RECALL = "recall"  # a description answered in several words (the second world's REC and NOW)
 KINDS = (REAL_TIME, BACKWARD, FORWARD)
 TASKS: dict[str, tuple[str, ...]] = {REAL_TIME: ("OJR", "ATR", "STU"), BACKWARD: ("EPM", "HLD"), FORWARD: ("SSR",)}
 AGES = ("early", "middle", "late")  # where a backward question's evidence ends, in thirds of what was shown

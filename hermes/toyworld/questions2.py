@@ -20,11 +20,19 @@ from __future__ import annotations
 import numpy as np
 
 from hermes.engine.guidance import GLOBAL_PROMPT, LOCAL_PROMPT
-from hermes.toyworld.questions import BACKWARD, NOTHING, REAL_TIME, SIDES, YES_NO, Question, StandingQuestion
+from hermes.toyworld.questions import (
+    BACKWARD,
+    NOTHING,
+    REAL_TIME,
+    RECALL,
+    SIDES,
+    YES_NO,
+    Question,
+    StandingQuestion,
+)
 from hermes.toyworld.world import COLOURS
 from hermes.toyworld.world2 import LANES, SHAPES2, Clip2
 
-RECALL = "recall"
 TRAIN, HELDOUT = "train", "heldout"
 # How a lane is named inside a question.
 WHERE = {"top": "at the top", "middle": "in the middle", "bottom": "at the bottom"}

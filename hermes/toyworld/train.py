@@ -84,7 +84,7 @@ class TrainSpec:
     min_lr: float = 5e-5
     weight_decay: float = 0.01
     clip_norm: float = 1.0
-    train_seed0: int = 10_000_000  # training stream i of step s has seed train_seed0 + s * batch + i
+    train_seed0: int = 10_000_000  # stream i of step s: seed train_seed0 + s * (largest batch) + i
     val_seed0: int = 20_000_000
     val_streams: int = 64
     val_frames: int = 32
@@ -194,6 +194,8 @@ class Trainer:
         weights = dict(spec.task_weights)
         self.val = [self.sample(spec.val_seed0 + i, spec.val_frames, 16, weights) for i in range(spec.val_streams)]
         self.curve: list[dict] = []
+        # Streams of step s take the seeds from train_seed0 + s * stride on, so no two steps share one.
+        self.stride = max(self.batch_size(step) for step in range(spec.total_steps))
 
     # -- the world's parts ------------------------------------------------------------------------
 
@@ -227,7 +229,7 @@ class Trainer:
         weights = dict(stage.weights or self.spec.task_weights)
         out = []
         for i in range(self.batch_size(step)):
-            seed = self.spec.train_seed0 + step * self.spec.batch + i
+            seed = self.spec.train_seed0 + step * self.stride + i
             frames = int(np.random.default_rng(seed).integers(stage.frames[0], stage.frames[1] + 1))
             out.append(self.sample(seed, frames, stage.questions, weights))
         return out
