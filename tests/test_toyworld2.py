@@ -206,23 +206,20 @@ def test_a_one_word_description_is_scored_as_a_description(toy2):
 
 
 def test_the_locating_probe_asks_each_token_for_its_row_and_column():
-    """Fitted alone on features that name their slot, the probe's position read-out learns the grid:
-    token k of a 4 x 4 frame is in row k // 4 and column k % 4."""
+    """Fitted by its own loss on features that name their slot, the probe's position read-out learns
+    the grid: token k of a 4 x 4 frame is in row k // 4 and column k % 4."""
     torch.manual_seed(0)
     probe = FrameProbe2(16, 16, locate=True)
     features = torch.eye(16).repeat(3, 1, 1)  # 3 frames, token k is the k-th unit vector
-    opt = torch.optim.Adam(probe.where.parameters(), lr=0.1)
+    labels = torch.tensor([frame_label2(make_clip2(5), t) for t in range(3)])
+    opt = torch.optim.Adam(probe.parameters(), lr=0.1)
     for _ in range(200):
         opt.zero_grad()
-        row, col = probe.where(features.reshape(-1, 16)).split(4, dim=-1)
-        loss = torch.nn.functional.cross_entropy(row, torch.arange(16).repeat(3) // 4)
-        loss = loss + torch.nn.functional.cross_entropy(col, torch.arange(16).repeat(3) % 4)
-        loss.backward()
+        probe.loss(features, labels).backward()
         opt.step()
     row, col = probe.where(torch.eye(16)).split(4, dim=-1)
     assert row.argmax(-1).tolist() == [k // 4 for k in range(16)]
     assert col.argmax(-1).tolist() == [k % 4 for k in range(16)]
-    labels = torch.tensor([frame_label2(make_clip2(5), t) for t in range(3)])
     without = FrameProbe2(16, 16, locate=False)
     without.heads = probe.heads
     with torch.no_grad():
