@@ -21,13 +21,7 @@ from hermes.serving.live import LiveStream
 from hermes.video.urls import UrlPolicy
 from tests.helpers import wait_for
 from tests.network_servers import rtsp_server
-from tests.test_soak import (
-    bounded_histories_fill_in_the_warm_up,
-    report,
-    rss_mib,
-    slope_bound,
-    slope_per_hour,
-)
+from tests.test_soak import report, rss_mib, shorten_histories, slope_bound, slope_per_hour
 
 MINUTES = float(os.environ.get("HERMES_LIVE_SOAK_MINUTES", "0"))
 SETTINGS = StreamSettings(fps=1.0, chunk_frames=4, budget=256)  # the app's rate and chunk: 15 chunks a minute
@@ -37,8 +31,14 @@ pytestmark = [
     pytest.mark.soak,
     pytest.mark.timeout(600 + 60 * MINUTES),
     pytest.mark.skipif(not MINUTES, reason="a live soak runs in real time: set HERMES_LIVE_SOAK_MINUTES"),
-    pytest.mark.usefixtures(bounded_histories_fill_in_the_warm_up.__name__),
 ]
+
+
+@pytest.fixture(autouse=True)
+def short_histories(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream's histories fill within the warm-up, as in tests/test_soak.py (this test runs in
+    the suite's process, alone when asked for)."""
+    shorten_histories(monkeypatch.setattr)
 
 
 def test_an_rtsp_stream_keeps_host_memory_flat(worker, llava_lm):

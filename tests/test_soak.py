@@ -161,9 +161,9 @@ def alone(run: Callable[[], Soak]) -> Soak:
         return pool.submit(run).result()
 
 
-def tiny_qwen_with_short_histories() -> Any:
-    """In the fresh process: every kept history at a bound that the warm-up reaches (see the module
-    docstring), and the tiny Qwen2.5-VL through the real loading path."""
+def shorten_histories(put: Callable[[Any, str, int], None] = setattr) -> None:
+    """Every kept history at a bound that the warm-up reaches (see the module docstring), each set
+    by `put` (a test's monkeypatch where the process lives on)."""
     for module, name, bound in [
         (view, "HISTORY_LIMIT", 4),
         (view, "WATCH_LIMIT", 4),
@@ -172,7 +172,13 @@ def tiny_qwen_with_short_histories() -> Any:
         (chat, "MAX_MESSAGES", 4),
         (chat, "MAX_MEDIA", 1),
     ]:
-        setattr(module, name, bound)
+        put(module, name, bound)
+
+
+def tiny_qwen_with_short_histories() -> Any:
+    """In the fresh process: the histories shortened and the tiny Qwen2.5-VL through the real
+    loading path."""
+    shorten_histories()
     return load_video_lm("tiny-qwen", dtype="fp32")
 
 
