@@ -25,8 +25,6 @@ times over; the hour itself:
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import multiprocessing
 import os
@@ -39,7 +37,7 @@ import numpy as np
 import pytest
 
 from hermes.engine.methods import PolicySpec
-from hermes.engine.metrics import process_rss
+from hermes.engine.metrics import process_rss, trim_host_memory
 from hermes.engine.session import StreamingSession
 from hermes.memory.config import HermesConfig
 from hermes.models.loading import load_video_lm
@@ -82,13 +80,12 @@ def slope_bound(readings: int) -> float:
 MIB = 2**20
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(300 + 3600 * HOURS)]  # an hour of stream takes minutes
-_libc = ctypes.CDLL(ctypes.util.find_library("c"))
 
 
 def rss_mib() -> float:
     """What the process really holds: freed objects collected and freed heap given back first."""
     gc.collect()
-    _libc.malloc_trim(0)
+    trim_host_memory()
     return process_rss() / MIB
 
 
