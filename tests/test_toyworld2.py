@@ -12,7 +12,7 @@ import torch
 from hermes.engine.guidance import GLOBAL_PROMPT, LOCAL_PROMPT
 from hermes.toyworld import bench
 from hermes.toyworld.data import Packer, Stream
-from hermes.toyworld.data2 import frame_label2, sample_stream2
+from hermes.toyworld.data2 import covered_cells, frame_label2, sample_stream2
 from hermes.toyworld.files import read_events, write_clip
 from hermes.toyworld.heldout2 import HeldOutSpec2, build2
 from hermes.toyworld.model import tokens_per_frame
@@ -73,6 +73,23 @@ def test_clips_hold_several_objects_in_their_own_lanes():
     assert 0.3 < np.mean(still) < 0.7  # static stretches: about half the objects stand still
 
 
+def test_each_object_stands_whole_in_one_cell_of_the_token_grid():
+    # A token then shows one object or none: what it shows is its own, not pieces of two or three.
+    side = 112
+    for seed in range(10):
+        clip = make_clip2(seed)
+        empty = clip.render(-1.0).astype(int)
+        for t in range(0, clip.frames, 3):
+            on = clip.on_screen(t)
+            cells = [covered_cells(*v.centre_at(t), v.size) for v in on]
+            assert all(c and c & (c - 1) == 0 for c in cells), (seed, t)  # one cell each
+            assert len(set(cells)) == len(cells)
+            changed = np.abs(clip.render(t, side).astype(int) - empty).sum(-1) > 60
+            drawn = {1 << (r // 28 * 4 + c // 28) for r, c in zip(*np.nonzero(changed))}
+            assert drawn == set(cells), (seed, t)  # nothing drawn outside the objects' cells
+    assert make_clip2(0).visits[0].centre_at(5.0)[0] in (0.125, 0.375, 0.625, 0.875)
+
+
 def test_a_frame_is_sixteen_tokens_and_each_lane_draws_its_object():
     assert tokens_per_frame(ModelSpec2.image_side, ModelSpec2.patch) == 16
     clip = make_clip2(5)
@@ -83,7 +100,22 @@ def test_a_frame_is_sixteen_tokens_and_each_lane_draws_its_object():
         row = changed[int(y * frame.shape[0])]
         assert row.any() == (clip.in_lane(t, lane) is not None), lane
     labels = frame_label2(clip, t)
-    assert len(labels) == 9 and sum(x > 0 for x in labels[0::3]) == len(clip.on_screen(t))
+    assert len(labels) == 12 and sum(x > 0 for x in labels[0:9:3]) == len(clip.on_screen(t))
+    assert [labels[9 + i] > 0 for i in range(3)] == [clip.in_lane(t, lane) is not None for lane in LANES]
+
+
+def test_an_object_covers_the_cells_its_box_overlaps():
+    def cells(*rc):
+        return sum(1 << (r * 4 + c) for r, c in rc)
+
+    # A box between cells, in the middle of the frame at a fifth of its height, spans two rows and
+    # two columns ...
+    assert covered_cells(0.5, 0.2, 0.22) == cells((0, 1), (0, 2), (1, 1), (1, 2))
+    # ... at the left edge one column: it overlaps the second by a sliver, under the margin.
+    assert covered_cells(0.16, 0.8, 0.22) == cells((2, 0), (3, 0))
+    assert covered_cells(0.2, 0.5, 0.22) == cells((1, 0), (1, 1), (2, 0), (2, 1))
+    # An object of the world stands in the middle of one cell.
+    assert covered_cells(0.375, LANES["middle"], 0.2) == cells((1, 1))
 
 
 def test_a_clip_file_round_trips_and_a_shared_lane_is_refused(tmp_path):
@@ -225,6 +257,40 @@ def test_the_locating_probe_asks_each_token_for_its_row_and_column():
     with torch.no_grad():
         # The position loss is part of the probe's loss.
         assert float(probe.loss(features, labels)) > float(without.loss(features, labels))
+
+
+def test_the_identifying_probe_asks_each_token_what_each_lane_shows_in_it():
+    """Fitted by its own loss on features that tell the tokens apart, the probe's per-token read-out
+    gives, for each lane, the object's shape and colour in a cell the object covers and none in a
+    row the lane never reaches."""
+    torch.manual_seed(0)
+    clip, times = make_clip2(5), (10, 20, 30)
+    probe = FrameProbe2(64, 16, identify=True)
+    features = torch.randn(len(times), 16, 64)
+    labels = torch.tensor([frame_label2(clip, t) for t in times])
+    opt = torch.optim.Adam(probe.parameters(), lr=0.05)
+    for _ in range(300):
+        opt.zero_grad()
+        probe.loss(features, labels).backward()
+        opt.step()
+    with torch.no_grad():
+        out = probe.what(features).reshape(len(times), 16, len(LANES), -1)
+    shape, colour = out[..., : len(SHAPES2) + 1].argmax(-1), out[..., len(SHAPES2) + 1 :].argmax(-1)
+    far = {"top": 3, "middle": 0, "bottom": 0}  # a row the lane's objects never reach
+    seen = 0
+    for i, t in enumerate(times):
+        for j, lane in enumerate(LANES):
+            v = clip.in_lane(t, lane)
+            if v is None:
+                assert (shape[i, :, j] == 0).all()
+                continue
+            cx, cy = v.centre_at(t)
+            centre = int(cy * 4) * 4 + int(cx * 4)
+            assert int(shape[i, centre, j]) == 1 + SHAPES2.index(v.shape), (t, lane)
+            assert int(colour[i, centre, j]) == 1 + list(COLOURS).index(v.colour_at(t)), (t, lane)
+            assert (shape[i, far[lane] * 4 : far[lane] * 4 + 4, j] == 0).all()
+            seen += 1
+    assert seen >= 5
 
 
 def test_the_committed_toy2_model_is_the_recipes_and_meets_its_record():

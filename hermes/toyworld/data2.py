@@ -14,6 +14,11 @@ from hermes.toyworld.questions2 import TRAIN, backward2, is_there2, never_seen2,
 from hermes.toyworld.world import COLOURS
 from hermes.toyworld.world2 import LANES, SHAPES2, Clip2, WorldSpec2, make_clip2
 
+# The model's grid of tokens a frame (112 px in 14 px patches, pooled 2 x 2): the cells a lane's
+# object covers are labelled for the frame probe's per-token read-out.
+TOKEN_GRID2 = 4
+COVER_MARGIN = 0.03  # an object covers a cell when its box overlaps it by more than this (a side's share)
+
 # How often each kind of training question is drawn (relative weights).
 TASK_WEIGHTS2: dict[str, float] = {
     "OJR": 1.5,
@@ -69,12 +74,15 @@ def sample_stream2(seed: int, frames: int, n_questions: int, weights: dict[str, 
 
 def frame_label2(clip: Clip2, t: int) -> tuple[int, ...]:
     """What step t shows in each lane (top first), as class indices: shape and colour (0 where the
-    lane is empty) and side (NO_SIDE where there is none)."""
+    lane is empty) and side (NO_SIDE where there is none); then, per lane, the cells of the
+    `TOKEN_GRID2` grid its object covers, as a bit mask (bit r * grid + c; 0 where the lane is empty)."""
     out: list[int] = []
+    cells: list[int] = []
     for lane in LANES:
         v = clip.in_lane(t, lane)
         if v is None:
             out += [0, 0, NO_SIDE]
+            cells.append(0)
             continue
         side = v.side_at(t)
         out += [
@@ -82,4 +90,16 @@ def frame_label2(clip: Clip2, t: int) -> tuple[int, ...]:
             1 + list(COLOURS).index(v.colour_at(t)),
             NO_SIDE if side is None else SIDES.index(side),
         ]
-    return tuple(out)
+        cells.append(covered_cells(*v.centre_at(t), v.size))
+    return (*out, *cells)
+
+
+def covered_cells(cx: float, cy: float, size: float, grid: int = TOKEN_GRID2) -> int:
+    """The cells of a `grid` x `grid` frame that a box of side `size` centred at (cx, cy) overlaps by
+    more than `COVER_MARGIN`, as a bit mask (bit r * grid + c); all in fractions of the side."""
+
+    def spans(centre: float) -> list[int]:
+        lo, hi = centre - size / 2, centre + size / 2
+        return [i for i in range(grid) if min(hi, (i + 1) / grid) - max(lo, i / grid) > COVER_MARGIN]
+
+    return sum(1 << (r * grid + c) for r in spans(cy) for c in spans(cx))

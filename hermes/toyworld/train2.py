@@ -21,7 +21,7 @@ import torch
 
 from hermes.models.card import ModelCard
 from hermes.toyworld.data import NO_SIDE, Batch, Stream
-from hermes.toyworld.data2 import TASK_WEIGHTS2, frame_label2, sample_stream2
+from hermes.toyworld.data2 import TASK_WEIGHTS2, TOKEN_GRID2, frame_label2, sample_stream2
 from hermes.toyworld.model import ModelSpec, save, tokens_per_frame
 from hermes.toyworld.questions import SIDES
 from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, vocabulary2
@@ -67,7 +67,7 @@ class TrainSpec2(TrainSpec):
     """Everything that decides a training run of the second world's model."""
 
     model: ModelSpec = field(default_factory=ModelSpec2)
-    pretrain_steps: int = 500
+    pretrain_steps: int = 2000
     stages: tuple[Stage, ...] = (
         Stage2(1000, (1, 4), 6, REAL_TIME_ONLY2, batch=16),
         Stage2(1500, (4, 16), 10, batch=8),
@@ -83,6 +83,7 @@ class TrainSpec2(TrainSpec):
     eval_every: int = 300
     task_weights: tuple[tuple[str, float], ...] = tuple(TASK_WEIGHTS2.items())
     locate: bool = True  # the frame probe also asks each token where in the frame it is (`FrameProbe2`)
+    identify: bool = True  # ... and what each lane shows in it, if anything (`FrameProbe2`)
 
     def settings_hash(self) -> str:
         """The hash of every setting and seed of the run, the world, the wordings and the recipe."""
@@ -100,14 +101,18 @@ class FrameProbe2(torch.nn.Module):
     a frame's tokens (flattened), since a frame's mean mixes its objects. With `locate`, each token
     also reads out its own row and column in the frame's grid: the flattened read-out knows a token
     by its slot, so nothing else asks a token's features to say where it is, and the language model
-    must then tell "at the top" or "on the left" from positions alone."""
+    must then tell "at the top" or "on the left" from positions alone. With `identify`, each token
+    reads out, per lane, the shape and colour of the lane's object where it covers the token's cell
+    (none elsewhere): the flattened read-out lets a shape be spread over a frame's tokens, and then
+    no single key says "ring" for a question about the ring to find in the past."""
 
-    def __init__(self, hidden: int, per_frame: int, locate: bool = False) -> None:
+    def __init__(self, hidden: int, per_frame: int, locate: bool = False, identify: bool = False) -> None:
         super().__init__()
         sizes = (len(SHAPES2) + 1, len(COLOURS) + 1, len(SIDES)) * len(LANES)
         self.heads = torch.nn.ModuleList(torch.nn.Linear(hidden * per_frame, n) for n in sizes)
         self.side = math.isqrt(per_frame)
         self.where = torch.nn.Linear(hidden, 2 * self.side) if locate else None
+        self.what = torch.nn.Linear(hidden, len(LANES) * (len(SHAPES2) + len(COLOURS) + 2)) if identify else None
 
     def loss(self, frame_features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         flat = frame_features.reshape(frame_features.shape[0], -1)
@@ -118,13 +123,30 @@ class FrameProbe2(torch.nn.Module):
             for i, h in enumerate(self.heads)
             if bool((labels[:, i] != NO_SIDE).any())
         )
+        f = torch.nn.functional.cross_entropy
+        tokens = frame_features.reshape(-1, frame_features.shape[-1])
         if self.where is not None:
-            tokens = frame_features.reshape(-1, frame_features.shape[-1])
             slot = torch.arange(frame_features.shape[1]).repeat(frame_features.shape[0])
             row, col = self.where(tokens).split(self.side, dim=-1)
-            f = torch.nn.functional.cross_entropy
             loss = loss + f(row, slot // self.side) + f(col, slot % self.side)
+        if self.what is not None:
+            loss = loss + self.identify_loss(tokens, labels, frame_features.shape[1])
         return loss
+
+    def identify_loss(self, tokens: torch.Tensor, labels: torch.Tensor, per_frame: int) -> torch.Tensor:
+        """Each token's shape and colour per lane: the lane's where its object covers the token's
+        cell (the labels' bit masks after the 9 lane columns), none elsewhere."""
+        lanes, shapes, colours = len(LANES), len(SHAPES2) + 1, len(COLOURS) + 1
+        covers = (labels[:, 3 * lanes :, None] >> torch.arange(per_frame)) & 1  # (frame, lane, token)
+
+        def per_token(column: int) -> torch.Tensor:  # (frame * token * lane,), in the order of `out`
+            return (labels[:, column : 3 * lanes : 3, None] * covers).transpose(1, 2).reshape(-1)
+
+        out = self.what(tokens).reshape(-1, lanes, shapes + colours)
+        f = torch.nn.functional.cross_entropy
+        return f(out[..., :shapes].reshape(-1, shapes), per_token(0)) + f(
+            out[..., shapes:].reshape(-1, colours), per_token(1)
+        )
 
 
 class Trainer2(Trainer):
@@ -142,7 +164,10 @@ class Trainer2(Trainer):
     def make_probe(self) -> torch.nn.Module:
         spec = self.spec.model
         per_frame = tokens_per_frame(spec.image_side, spec.patch)
-        return FrameProbe2(spec.hidden, per_frame, locate=isinstance(self.spec, TrainSpec2) and self.spec.locate)
+        own = self.spec if isinstance(self.spec, TrainSpec2) else TrainSpec2(locate=False, identify=False)
+        if own.identify and math.isqrt(per_frame) != TOKEN_GRID2:
+            raise ValueError(f"the probe's cell labels are for a {TOKEN_GRID2} x {TOKEN_GRID2} grid of tokens")
+        return FrameProbe2(spec.hidden, per_frame, locate=own.locate, identify=own.identify)
 
     def batch_size(self, step: int) -> int:
         stage = self.spec.stage_at(step)

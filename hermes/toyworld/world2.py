@@ -7,13 +7,20 @@ is about one object among the others on screen (the distractors). Clips are 64 s
 first world's, so a quarter of a stream's tokens holds fewer tokens than the stream has frames.
 About half the objects stand still for their whole visit, so long stretches of frames repeat.
 
-The same `Visit` describes an object (its lane is the height of its centre); each of six shapes
-visits at most once a clip, so "the ring" names one object. Clips are written and read as files
+Objects stand on the model's grid of tokens: a frame is 4 x 4 tokens (112 px in 14 px patches,
+pooled 2 x 2), each lane is a row of that grid and an object moves from column to column, so each
+object stands whole inside one token's cell and a token shows at most one object. Where objects
+straddled cells, a token showed pieces of two or three of them and no one token said which shape
+it showed, so a question could not find its object among the others (docs/toyworld.md).
+
+A `Visit2` describes an object (its lane is the height of its centre); each of six shapes visits at
+most once a clip, so "the ring" names one object. Clips are written and read as files
 by `hermes.toyworld.files`, their description marked as this world's.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -32,9 +39,11 @@ from hermes.toyworld.world import (
 
 WORLD = 2  # the mark of this world's clip descriptions
 SHAPES2 = ("circle", "square", "triangle", "cross", "diamond", "ring")
-LANES: dict[str, float] = {"top": 0.2, "middle": 0.5, "bottom": 0.8}  # lane -> height of its centre
-OBJECT_SIZE2 = 0.22  # every object's bounding square, as a fraction of the side: one lane's height
-X_MARGIN = 0.16  # a centre stays this far from the left and right edges
+GRID = 4  # the model's tokens across (and down) a frame: 112 px in 14 px patches, pooled 2 x 2
+# lane -> height of its centre: the middle of one row of the grid each (the fourth row stays empty)
+LANES: dict[str, float] = {"top": 0.125, "middle": 0.375, "bottom": 0.625}
+OBJECT_SIZE2 = 0.2  # every object's bounding square, as a fraction of the side: inside one cell
+X_MARGIN = 0.16  # a path's ends stay this far from the left and right edges
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,21 @@ class WorldSpec2:
             raise WorldError("stays and clips must be at least a step long, and gaps in order")
         if not 0.0 <= self.change_rate <= 1.0 or not 0.0 <= self.still_rate <= 1.0:
             raise WorldError("change_rate and still_rate must lie in [0, 1]")
+
+
+def cell_centre(x: float) -> float:
+    """The centre of the grid column that x (a fraction of the side) falls in."""
+    return (min(GRID - 1, math.floor(x * GRID)) + 0.5) / GRID
+
+
+@dataclass(frozen=True)
+class Visit2(Visit):
+    """An object of the second world: it runs along its path as a `Visit` does, but stands in the
+    middle of the column it is over, so it moves from cell to cell of the token grid."""
+
+    def centre_at(self, t: float) -> tuple[float, float]:
+        x, y = super().centre_at(t)
+        return cell_centre(x), y
 
 
 def lane_of(visit: Visit) -> str:
@@ -101,7 +125,7 @@ class Clip2(Clip):
     def from_dict(cls, data: dict) -> Clip2:
         """The clip a `to_dict` describes; WorldError naming the first thing that does not fit."""
         try:
-            visits = tuple(Visit(**{**v, "start": tuple(v["start"]), "end": tuple(v["end"])}) for v in data["visits"])
+            visits = tuple(Visit2(**{**v, "start": tuple(v["start"]), "end": tuple(v["end"])}) for v in data["visits"])
             clip = cls(int(data["seed"]), int(data["frames"]), tuple(data["background"]), data["texture"], visits)
         except (KeyError, TypeError, ValueError) as exc:
             raise WorldError(f"not a toy-world clip description ({type(exc).__name__}: {exc})") from None
@@ -155,7 +179,7 @@ def make_clip2(seed: int, spec: WorldSpec2 | None = None) -> Clip2:
     return Clip2(seed, spec.frames, colour, texture, tuple(visits))
 
 
-def _visit2(rng: np.random.Generator, spec: WorldSpec2, shape: str, lane: str, enter: int, leave: int) -> Visit:
+def _visit2(rng: np.random.Generator, spec: WorldSpec2, shape: str, lane: str, enter: int, leave: int) -> Visit2:
     names = list(COLOURS)
     colour = names[int(rng.integers(len(names)))]
     xs = rng.uniform(X_MARGIN, 1 - X_MARGIN, 2)
@@ -167,9 +191,9 @@ def _visit2(rng: np.random.Generator, spec: WorldSpec2, shape: str, lane: str, e
         new_colour = names[int(rng.choice([i for i, c in enumerate(names) if c != colour]))]
     y = LANES[lane]
     start, end = (round(float(xs[0]), 4), y), (round(float(xs[1]), 4), y)
-    return Visit(shape, colour, enter, leave, start, end, OBJECT_SIZE2, change, new_colour)
+    return Visit2(shape, colour, enter, leave, start, end, OBJECT_SIZE2, change, new_colour)
 
 
 def spec_facts(spec: WorldSpec2 | None = None) -> dict:
     """The world's settings and constants, for a training run's settings hash."""
-    return {"spec": asdict(spec or WorldSpec2()), "shapes": SHAPES2, "lanes": LANES, "size": OBJECT_SIZE2}
+    return {"spec": asdict(spec or WorldSpec2()), "shapes": SHAPES2, "lanes": LANES, "size": OBJECT_SIZE2, "grid": GRID}
