@@ -16,7 +16,7 @@ from hermes.toyworld.data2 import covered_cells, frame_label2, sample_stream2
 from hermes.toyworld.files import read_events, write_clip
 from hermes.toyworld.heldout2 import HeldOutSpec2, build2
 from hermes.toyworld.model import tokens_per_frame
-from hermes.toyworld.questions import RECALL, Question
+from hermes.toyworld.questions import RECALL, SIDES, Question
 from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, recall, story
 from hermes.toyworld.train2 import FrameProbe2, ModelSpec2, TrainSpec2
 from hermes.toyworld.world import COLOURS, WorldError
@@ -85,7 +85,7 @@ def test_each_object_stands_whole_in_one_cell_of_the_token_grid():
             assert all(c and c & (c - 1) == 0 for c in cells), (seed, t)  # one cell each
             assert len(set(cells)) == len(cells)
             changed = np.abs(clip.render(t, side).astype(int) - empty).sum(-1) > 60
-            drawn = {1 << (r // 28 * 4 + c // 28) for r, c in zip(*np.nonzero(changed))}
+            drawn = {1 << (r // 28 * 4 + c // 28) for r, c in zip(*np.nonzero(changed), strict=True)}
             assert drawn == set(cells), (seed, t)  # nothing drawn outside the objects' cells
     assert make_clip2(0).visits[0].centre_at(5.0)[0] in (0.125, 0.375, 0.625, 0.875)
 
@@ -265,7 +265,7 @@ def test_the_identifying_probe_asks_each_token_what_each_lane_shows_in_it():
     row the lane never reaches."""
     torch.manual_seed(0)
     clip, times = make_clip2(5), (10, 20, 30)
-    probe = FrameProbe2(64, 16, identify=True)
+    probe = FrameProbe2(64, 16, identify=True, side=True)
     features = torch.randn(len(times), 16, 64)
     labels = torch.tensor([frame_label2(clip, t) for t in times])
     opt = torch.optim.Adam(probe.parameters(), lr=0.05)
@@ -276,18 +276,20 @@ def test_the_identifying_probe_asks_each_token_what_each_lane_shows_in_it():
     with torch.no_grad():
         out = probe.what(features).reshape(len(times), 16, len(LANES), -1)
     shape, colour = out[..., : len(SHAPES2) + 1].argmax(-1), out[..., len(SHAPES2) + 1 :].argmax(-1)
+    side = probe.which_side(features).reshape(len(times), 16, len(LANES), 3).argmax(-1)
     far = {"top": 3, "middle": 0, "bottom": 0}  # a row the lane's objects never reach
     seen = 0
     for i, t in enumerate(times):
         for j, lane in enumerate(LANES):
             v = clip.in_lane(t, lane)
             if v is None:
-                assert (shape[i, :, j] == 0).all()
+                assert (shape[i, :, j] == 0).all() and (side[i, :, j] == 0).all()
                 continue
             cx, cy = v.centre_at(t)
             centre = int(cy * 4) * 4 + int(cx * 4)
             assert int(shape[i, centre, j]) == 1 + SHAPES2.index(v.shape), (t, lane)
             assert int(colour[i, centre, j]) == 1 + list(COLOURS).index(v.colour_at(t)), (t, lane)
+            assert int(side[i, centre, j]) == 1 + SIDES.index(v.side_at(t)), (t, lane)
             assert (shape[i, far[lane] * 4 : far[lane] * 4 + 4, j] == 0).all()
             seen += 1
     assert seen >= 5

@@ -84,6 +84,7 @@ class TrainSpec2(TrainSpec):
     task_weights: tuple[tuple[str, float], ...] = tuple(TASK_WEIGHTS2.items())
     locate: bool = True  # the frame probe also asks each token where in the frame it is (`FrameProbe2`)
     identify: bool = True  # ... and what each lane shows in it, if anything (`FrameProbe2`)
+    identify_side: bool = False  # ... and the side of the object it shows, if any (`FrameProbe2`)
 
     def settings_hash(self) -> str:
         """The hash of every setting and seed of the run, the world, the wordings and the recipe."""
@@ -104,15 +105,22 @@ class FrameProbe2(torch.nn.Module):
     must then tell "at the top" or "on the left" from positions alone. With `identify`, each token
     reads out, per lane, the shape and colour of the lane's object where it covers the token's cell
     (none elsewhere): the flattened read-out lets a shape be spread over a frame's tokens, and then
-    no single key says "ring" for a question about the ring to find in the past."""
+    no single key says "ring" for a question about the ring to find in the past. With `side` too, each
+    token reads out per lane the side of the object it shows (none where it shows none): on the grid
+    an object looks the same in every cell, so its side is otherwise only in which slot shows it, a
+    feature every token has whatever it shows, and a model that finds the object does not learn to
+    read its side from it (docs/toyworld.md)."""
 
-    def __init__(self, hidden: int, per_frame: int, locate: bool = False, identify: bool = False) -> None:
+    def __init__(
+        self, hidden: int, per_frame: int, locate: bool = False, identify: bool = False, side: bool = False
+    ) -> None:
         super().__init__()
         sizes = (len(SHAPES2) + 1, len(COLOURS) + 1, len(SIDES)) * len(LANES)
         self.heads = torch.nn.ModuleList(torch.nn.Linear(hidden * per_frame, n) for n in sizes)
         self.side = math.isqrt(per_frame)
         self.where = torch.nn.Linear(hidden, 2 * self.side) if locate else None
         self.what = torch.nn.Linear(hidden, len(LANES) * (len(SHAPES2) + len(COLOURS) + 2)) if identify else None
+        self.which_side = torch.nn.Linear(hidden, len(LANES) * 3) if side else None
 
     def loss(self, frame_features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         flat = frame_features.reshape(frame_features.shape[0], -1)
@@ -134,8 +142,8 @@ class FrameProbe2(torch.nn.Module):
         return loss
 
     def identify_loss(self, tokens: torch.Tensor, labels: torch.Tensor, per_frame: int) -> torch.Tensor:
-        """Each token's shape and colour per lane: the lane's where its object covers the token's
-        cell (the labels' bit masks after the 9 lane columns), none elsewhere."""
+        """Each token's shape and colour per lane (and side, with `side`): the lane's where its
+        object covers the token's cell (the labels' bit masks after the 9 lane columns), none elsewhere."""
         lanes, shapes, colours = len(LANES), len(SHAPES2) + 1, len(COLOURS) + 1
         covers = (labels[:, 3 * lanes :, None] >> torch.arange(per_frame)) & 1  # (frame, lane, token)
 
@@ -144,9 +152,14 @@ class FrameProbe2(torch.nn.Module):
 
         out = self.what(tokens).reshape(-1, lanes, shapes + colours)
         f = torch.nn.functional.cross_entropy
-        return f(out[..., :shapes].reshape(-1, shapes), per_token(0)) + f(
+        loss = f(out[..., :shapes].reshape(-1, shapes), per_token(0)) + f(
             out[..., shapes:].reshape(-1, colours), per_token(1)
         )
+        if self.which_side is not None:
+            sides = labels[:, 2 : 3 * lanes : 3]
+            sides = torch.where(sides == NO_SIDE, 0, sides + 1)[:, :, None] * covers
+            loss = loss + f(self.which_side(tokens).reshape(-1, 3), sides.transpose(1, 2).reshape(-1))
+        return loss
 
 
 class Trainer2(Trainer):
@@ -167,7 +180,7 @@ class Trainer2(Trainer):
         own = self.spec if isinstance(self.spec, TrainSpec2) else TrainSpec2(locate=False, identify=False)
         if own.identify and math.isqrt(per_frame) != TOKEN_GRID2:
             raise ValueError(f"the probe's cell labels are for a {TOKEN_GRID2} x {TOKEN_GRID2} grid of tokens")
-        return FrameProbe2(spec.hidden, per_frame, locate=own.locate, identify=own.identify)
+        return FrameProbe2(spec.hidden, per_frame, locate=own.locate, identify=own.identify, side=own.identify_side)
 
     def batch_size(self, step: int) -> int:
         stage = self.spec.stage_at(step)
