@@ -216,7 +216,7 @@ def test_the_page_suggests_each_toy_models_questions_and_says_where_they_look(to
     # The attention panel says where the served model's questions look, from its card's measured lifts.
     assert len(toy2.card.layers["evidence (backward questions)"]) == 8
     (note,) = layers_note(toy2)
-    assert "measured over 8 layers" in note and "evidence (backward questions): most in layer 1 (1.13x)" in note
+    assert "measured over 8 layers" in note and "evidence (backward questions): most in layer 4 (1.47x)" in note
     assert layers_note(tiny) == []
 
 
