@@ -319,3 +319,23 @@ def test_the_bench_runs_on_the_second_world(toy2):
     assert rows and all(len(r["newest_held"]) == 8 for r in rows)
     assert {w for w, _ in bench.wording_scores(rows)} == {"train", "heldout"}
     assert "held-out" in bench.render_wordings(results)
+    assert {"OJR", "ATR", "STU", "EPM", "HLD"} <= set(bench.task_scores(rows))
+    assert "| all | full |" in bench.render_tasks(results)
+
+
+def test_task_scores_split_a_two_answer_task_by_its_answer():
+    """A model that says yes to every "did you see" question is at 50% on the task, 100% and 0% on
+    its answers; tasks come in the benchmark's order, each answer after its task."""
+
+    def row(video: str, task: str, answer: str, pred: str) -> dict:
+        return {"video": video, "task": task, "answer": answer, "correct": answer == pred}
+
+    rows = [row(f"v{i}", "HLD", a, "yes") for i in range(4) for a in ("yes", "no")]
+    rows += [row("v0", "ATR", "red", "red"), row("v1", "ATR", "blue", "red")]
+    scores = bench.task_scores(rows)
+    assert list(scores) == ["ATR", "HLD", "HLD no", "HLD yes"]
+    assert [scores[k][0] for k in scores] == [0.5, 0.5, 0.0, 1.0]
+    assert scores["HLD yes"][1:] == (1.0, 1.0)  # every clip agrees: a zero-width interval
+    table = bench.render_tasks({("full", None): bench.Answers(questions=rows)})
+    assert table.splitlines()[0] == "| budget | policy | ATR | HLD | HLD no | HLD yes |"
+    assert table.splitlines()[2] == "| all | full | 50.0 (0-100) | 50.0 (50-50) | 0.0 (0-0) | 100.0 (100-100) |"

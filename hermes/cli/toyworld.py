@@ -188,6 +188,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(bench.render_table(held, summaries, bench.stream_tokens(lm, held)), flush=True)
     answers = [{"policy": p, "budget": b, **r} for (p, b), a in results.items() for r in a.questions]
     print("\nWhat each memory held when asked, per layer (layer 0 first):\n" + render_held(answers), flush=True)
+    if tasks := bench.render_tasks(results):
+        print("\nBy task, and by answer where a task has two:\n" + tasks, flush=True)
     if wordings := bench.render_wordings(results):
         print("\nBy wording (held-out wordings were never trained on):\n" + wordings, flush=True)
     check = bench.forgetting_check(summaries, budgets, bench.stream_tokens(lm, held), bench.chance(held))

@@ -36,7 +36,7 @@ from hermes.runtime.driver import play
 from hermes.toyworld.diagnostics import held_shares
 from hermes.toyworld.files import ToyWorldError
 from hermes.toyworld.heldout import ANNOTATIONS, MANIFEST, check_videos
-from hermes.toyworld.questions import AGES, BACKWARD, FORWARD, KINDS, REAL_TIME, TASKS
+from hermes.toyworld.questions import AGES, BACKWARD, FORWARD, KINDS, REAL_TIME, SIDES, TASKS, YES_NO
 from hermes.toyworld.world import WORLD_FPS
 from hermes.video.frames_folder import iter_video
 
@@ -375,6 +375,42 @@ def render_wordings(results: dict[tuple[str, int | None], Answers]) -> str:
         "| backward, held-out |"
     )
     return "\n".join([head, "|---:|---|---:|---:|---:|---:|", *lines])
+
+
+# Tasks whose questions have two answers are scored per answer too: a model that gives one answer
+# to all of a task's questions scores near chance on the task, and 100 and 0 on its two answers.
+TWO_WAY = frozenset((*YES_NO, *SIDES))
+TASK_ORDER = tuple(t for kind in (REAL_TIME, BACKWARD) for t in TASKS[kind])
+
+
+def _task_key(name: str) -> tuple[int, str]:
+    task = name.split(" ")[0]
+    return (TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), name)
+
+
+def task_scores(rows: list[dict], seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """Accuracy with its interval per task ("OJR"), and per answer of a two-answer task ("STU left")."""
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[r["task"]].append(r)
+        if r["answer"] in TWO_WAY:
+            groups[f"{r['task']} {r['answer']}"].append(r)
+    return {name: _accuracy(groups[name], rng) for name in sorted(groups, key=_task_key)}
+
+
+def render_tasks(results: dict[tuple[str, int | None], Answers]) -> str:
+    """A markdown table: per policy and budget, the accuracy of each task and of each answer of the
+    two-answer tasks ('' when there are no questions)."""
+    scores = {key: task_scores(answers.questions) for key, answers in results.items()}
+    columns = sorted({c for s in scores.values() for c in s}, key=_task_key)
+    if not columns:
+        return ""
+    lines = ["| budget | policy | " + " | ".join(columns) + " |", "|---:|---|" + "---:|" * len(columns)]
+    for (policy, budget), s in scores.items():
+        cells = " | ".join(_cell(s.get(c, float("nan"))) for c in columns)
+        lines.append(f"| {'all' if budget is None else budget} | {policy} | {cells} |")
+    return "\n".join(lines)
 
 
 def chance(held: HeldOut) -> dict[str, float]:
