@@ -12,11 +12,8 @@ from hermes.toyworld.data import NO_SIDE, Stream, sampled
 from hermes.toyworld.questions import SIDES, Question
 from hermes.toyworld.questions2 import TRAIN, backward2, is_there2, never_seen2, real_time2, recall, scene
 from hermes.toyworld.world import COLOURS
-from hermes.toyworld.world2 import LANES, SHAPES2, Clip2, WorldSpec2, make_clip2
+from hermes.toyworld.world2 import GRID, LANES, SHAPES2, Clip2, WorldSpec2, make_clip2
 
-# The model's grid of tokens a frame (112 px in 14 px patches, pooled 2 x 2): the cells a lane's
-# object covers are labelled for the frame probe's per-token read-out.
-TOKEN_GRID2 = 4
 COVER_MARGIN = 0.03  # an object covers a cell when its box overlaps it by more than this (a side's share)
 
 # How often each kind of training question is drawn (relative weights).
@@ -75,7 +72,7 @@ def sample_stream2(seed: int, frames: int, n_questions: int, weights: dict[str, 
 def frame_label2(clip: Clip2, t: int) -> tuple[int, ...]:
     """What step t shows in each lane (top first), as class indices: shape and colour (0 where the
     lane is empty) and side (NO_SIDE where there is none); then, per lane, the cells of the
-    `TOKEN_GRID2` grid its object covers, as a bit mask (bit r * grid + c; 0 where the lane is empty)."""
+    `GRID` x `GRID` grid of tokens its object covers, as a bit mask (bit r * grid + c; 0 where the lane is empty)."""
     out: list[int] = []
     cells: list[int] = []
     for lane in LANES:
@@ -94,7 +91,7 @@ def frame_label2(clip: Clip2, t: int) -> tuple[int, ...]:
     return (*out, *cells)
 
 
-def covered_cells(cx: float, cy: float, size: float, grid: int = TOKEN_GRID2) -> int:
+def covered_cells(cx: float, cy: float, size: float, grid: int = GRID) -> int:
     """The cells of a `grid` x `grid` frame that a box of side `size` centred at (cx, cy) overlaps by
     more than `COVER_MARGIN`, as a bit mask (bit r * grid + c); all in fractions of the side."""
 

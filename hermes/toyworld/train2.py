@@ -21,13 +21,13 @@ import torch
 
 from hermes.models.card import ModelCard
 from hermes.toyworld.data import NO_SIDE, Batch, Stream
-from hermes.toyworld.data2 import TASK_WEIGHTS2, TOKEN_GRID2, frame_label2, sample_stream2
+from hermes.toyworld.data2 import TASK_WEIGHTS2, frame_label2, sample_stream2
 from hermes.toyworld.model import ModelSpec, save, tokens_per_frame
 from hermes.toyworld.questions import SIDES
 from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, vocabulary2
 from hermes.toyworld.train import Stage, Trainer, TrainSpec
 from hermes.toyworld.world import COLOURS, WORLD_FPS
-from hermes.toyworld.world2 import LANES, SHAPES2, spec_facts
+from hermes.toyworld.world2 import GRID, LANES, SHAPES2, spec_facts
 
 RECIPE_VERSION2 = 2  # 2: a one-word description ("nothing") is scored as a description
 REAL_TIME_ONLY2 = (("OJR", 1.0), ("ATR", 1.0), ("STU", 1.0), ("SSR", 1.0), ("NOW", 0.5))
@@ -178,8 +178,8 @@ class Trainer2(Trainer):
         spec = self.spec.model
         per_frame = tokens_per_frame(spec.image_side, spec.patch)
         own = self.spec if isinstance(self.spec, TrainSpec2) else TrainSpec2(locate=False, identify=False)
-        if own.identify and math.isqrt(per_frame) != TOKEN_GRID2:
-            raise ValueError(f"the probe's cell labels are for a {TOKEN_GRID2} x {TOKEN_GRID2} grid of tokens")
+        if own.identify and math.isqrt(per_frame) != GRID:
+            raise ValueError(f"the probe's cell labels are for a {GRID} x {GRID} grid of tokens")
         return FrameProbe2(spec.hidden, per_frame, locate=own.locate, identify=own.identify, side=own.identify_side)
 
     def batch_size(self, step: int) -> int:
