@@ -295,6 +295,34 @@ def test_the_identifying_probe_asks_each_token_what_each_lane_shows_in_it():
     assert seen >= 5
 
 
+def test_validation_asks_the_same_questions_again_in_the_held_out_wordings():
+    """Training's validation scores each task twice: in training words and, on the same clips, in the
+    held-out wordings (which no training step draws)."""
+    from hermes.toyworld.train import Stage
+    from hermes.toyworld.train2 import Trainer2
+
+    spec = TrainSpec2(pretrain_steps=0, stages=(Stage(1, (2, 3), 3),), batch=2, val_streams=2, val_frames=12)
+    trainer = Trainer2(spec, log=lambda line: None)
+    trained, new = trainer.val, trainer.val_new_words
+    assert [s.clip for s in new] == [s.clip for s in trained]
+    old = [q for s in trained for q in s.questions]
+    asked = [q for s in new for q in s.questions]
+    assert {q.wording for q in old} == {"train"} and {q.wording for q in asked} == {"heldout"}
+    held_out = {
+        t.format(where=w, shape=s, colour=c)
+        for ts in HELDOUT_WORDINGS.values()
+        for t in ts
+        for w in WHERE.values()
+        for s in SHAPES2
+        for c in COLOURS
+    }
+    assert asked and all(q.text in held_out for q in asked)
+    scores = trainer.validate()
+    assert {k for k in scores if not k.endswith(" new words")} == {q.task for q in old}
+    assert {k for k in scores if k.endswith(" new words")} == {f"{q.task} new words" for q in asked}
+    assert all(0.0 <= v <= 1.0 for v in scores.values())
+
+
 def test_the_committed_toy2_model_is_the_recipes_and_meets_its_record():
     """The committed checkpoint has the recipe's settings hash, and the packed pass over the held-out
     clips (what the full cache gives) agrees with the engine's scores the training run recorded."""

@@ -1,10 +1,13 @@
-"""Training data of the second world: streams with their questions, in the training wordings.
+"""Training data of the second world: streams with their questions, in the training wordings (in the
+held-out ones only for validation, never for a training step).
 
 Streams are packed by the first world's `Packer` (one pass, many questions, each seeing what the
 full cache would show it); only the clips, the questions and the frame probe's labels differ.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -48,25 +51,30 @@ def world_for2(frames: int) -> WorldSpec2:
     )
 
 
-def draw_question2(clip: Clip2, task: str, at: int, rng: np.random.Generator) -> Question | None:
-    """A training question of `task` asked after `at` steps, or None when the clip offers none then."""
+def draw_question2(clip: Clip2, task: str, at: int, rng: np.random.Generator, wording: str = TRAIN) -> Question | None:
+    """A question of `task` in the wording set `wording`, asked after `at` steps, or None when the clip
+    offers none then."""
     if task in ("OJR", "ATR", "STU"):
-        return real_time2(clip, task, at, rng, TRAIN)
+        return real_time2(clip, task, at, rng, wording)
     if task == "SSR":
-        return is_there2(clip, at, rng, TRAIN)
+        return is_there2(clip, at, rng, wording)
     if task == "HLD-never":
-        return never_seen2(clip, at, rng, TRAIN)
+        return never_seen2(clip, at, rng, wording)
     if task == "REC":
-        return recall(clip, at, rng, TRAIN)
+        return recall(clip, at, rng, wording)
     if task == "NOW":
-        return scene(clip, at, rng, TRAIN)
-    pool = [q for q in backward2(clip, at, rng, TRAIN) if q.task == task]
+        return scene(clip, at, rng, wording)
+    pool = [q for q in backward2(clip, at, rng, wording) if q.task == task]
     return pool[int(rng.integers(len(pool)))] if pool else None
 
 
-def sample_stream2(seed: int, frames: int, n_questions: int, weights: dict[str, float] = TASK_WEIGHTS2) -> Stream:
-    """The training stream of `seed` in the second world: its clip, chunking and questions."""
-    return sampled(make_clip2(seed, world_for2(frames)), seed, frames, n_questions, weights, draw_question2)
+def sample_stream2(
+    seed: int, frames: int, n_questions: int, weights: dict[str, float] = TASK_WEIGHTS2, wording: str = TRAIN
+) -> Stream:
+    """The training stream of `seed` in the second world: its clip, chunking and questions, asked in the
+    wording set `wording` (the clip and chunking are the same in either; the questions are not)."""
+    draw = partial(draw_question2, wording=wording)
+    return sampled(make_clip2(seed, world_for2(frames)), seed, frames, n_questions, weights, draw)
 
 
 def frame_label2(clip: Clip2, t: int) -> tuple[int, ...]:

@@ -169,6 +169,9 @@ def option_accuracy(logits: torch.Tensor, batch: Batch, packer: Packer) -> dict[
     return out
 
 
+VAL_QUESTIONS = 16  # questions asked of each validation stream
+
+
 class Trainer:
     """One training run of `spec`; `run` trains, logging to `log` and checkpointing to `out`. The
     world's parts (its words, streams, probe and card) are the methods a second world overrides."""
@@ -192,7 +195,9 @@ class Trainer:
         vision = [*model.model.vision_tower.parameters(), *model.model.multi_modal_projector.parameters()]
         self.pre_opt = torch.optim.AdamW([*vision, *self.probe.parameters()], lr=spec.pretrain_lr, weight_decay=0.0)
         weights = dict(spec.task_weights)
-        self.val = [self.sample(spec.val_seed0 + i, spec.val_frames, 16, weights) for i in range(spec.val_streams)]
+        self.val = [
+            self.sample(spec.val_seed0 + i, spec.val_frames, VAL_QUESTIONS, weights) for i in range(spec.val_streams)
+        ]
         self.curve: list[dict] = []
         # Streams of step s take the seeds from train_seed0 + s * stride on, so no two steps share one.
         self.stride = max(self.batch_size(step) for step in range(spec.total_steps))
@@ -275,13 +280,17 @@ class Trainer:
         self.opt.step()
         return float(loss.detach())
 
-    @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Accuracy per task on the validation streams (full attention, as the full cache sees them)."""
+        return self.accuracy(self.val)
+
+    @torch.no_grad()
+    def accuracy(self, streams: list[Stream]) -> dict[str, float]:
+        """Accuracy per task on `streams`, packed `spec.batch` at a time."""
         self.model.eval()
         hits: dict[str, list[bool]] = defaultdict(list)
-        for i in range(0, len(self.val), self.spec.batch):
-            batch = self.packer.pack(self.val[i : i + self.spec.batch], None)
+        for i in range(0, len(streams), self.spec.batch):
+            batch = self.packer.pack(streams[i : i + self.spec.batch], None)
             logits = target_logits(self.model, batch)[0]
             for task, ok in option_accuracy(logits, batch, self.packer).items():
                 hits[task] += ok

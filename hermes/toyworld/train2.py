@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,8 @@ from hermes.toyworld.data import NO_SIDE, Batch, Stream
 from hermes.toyworld.data2 import TASK_WEIGHTS2, frame_label2, sample_stream2
 from hermes.toyworld.model import ModelSpec, save, tokens_per_frame
 from hermes.toyworld.questions import SIDES
-from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, vocabulary2
-from hermes.toyworld.train import Stage, Trainer, TrainSpec
+from hermes.toyworld.questions2 import HELDOUT, HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, vocabulary2
+from hermes.toyworld.train import VAL_QUESTIONS, Stage, Trainer, TrainSpec
 from hermes.toyworld.world import COLOURS, WORLD_FPS
 from hermes.toyworld.world2 import GRID, LANES, SHAPES2, spec_facts
 
@@ -173,6 +174,22 @@ class Trainer2(Trainer):
 
     def frame_label(self, clip: Any, t: int) -> tuple[int, ...]:
         return frame_label2(clip, t)
+
+    @cached_property
+    def val_new_words(self) -> list[Stream]:
+        """The validation streams' clips, with questions drawn in the held-out wordings."""
+        spec, weights = self.spec, dict(self.spec.task_weights)
+        return [
+            sample_stream2(spec.val_seed0 + i, spec.val_frames, VAL_QUESTIONS, weights, HELDOUT)
+            for i in range(spec.val_streams)
+        ]
+
+    def validate(self) -> dict[str, float]:
+        """Per task on the validation streams, then on their clips asked in the held-out wordings (keys
+        "<task> new words"): the gap to words never trained shows while training, not only on the
+        held-out clips after it. Nothing in the recipe is chosen by it."""
+        new = {f"{task} new words": v for task, v in self.accuracy(self.val_new_words).items()}
+        return super().validate() | new
 
     def make_probe(self) -> torch.nn.Module:
         spec = self.spec.model
