@@ -295,7 +295,7 @@ def test_the_identifying_probe_asks_each_token_what_each_lane_shows_in_it():
     assert seen >= 5
 
 
-def test_validation_asks_the_same_questions_again_in_the_held_out_wordings():
+def test_validation_asks_its_clips_again_in_the_held_out_wordings():
     """Training's validation scores each task twice: in training words and, on the same clips, in the
     held-out wordings (which no training step draws)."""
     from hermes.toyworld.train import Stage

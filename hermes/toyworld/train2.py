@@ -121,7 +121,7 @@ class FrameProbe2(torch.nn.Module):
         self.side = math.isqrt(per_frame)
         self.where = torch.nn.Linear(hidden, 2 * self.side) if locate else None
         self.what = torch.nn.Linear(hidden, len(LANES) * (len(SHAPES2) + len(COLOURS) + 2)) if identify else None
-        self.which_side = torch.nn.Linear(hidden, len(LANES) * 3) if side else None
+        self.which_side = torch.nn.Linear(hidden, len(LANES) * 3) if identify and side else None
 
     def loss(self, frame_features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         flat = frame_features.reshape(frame_features.shape[0], -1)
@@ -194,7 +194,11 @@ class Trainer2(Trainer):
     def make_probe(self) -> torch.nn.Module:
         spec = self.spec.model
         per_frame = tokens_per_frame(spec.image_side, spec.patch)
-        own = self.spec if isinstance(self.spec, TrainSpec2) else TrainSpec2(locate=False, identify=False)
+        own = (
+            self.spec
+            if isinstance(self.spec, TrainSpec2)
+            else TrainSpec2(locate=False, identify=False, identify_side=False)
+        )
         if own.identify and math.isqrt(per_frame) != GRID:
             raise ValueError(f"the probe's cell labels are for a {GRID} x {GRID} grid of tokens")
         return FrameProbe2(spec.hidden, per_frame, locate=own.locate, identify=own.identify, side=own.identify_side)
