@@ -17,7 +17,16 @@ from hermes.toyworld.files import read_events, write_clip
 from hermes.toyworld.heldout2 import HeldOutSpec2, build2
 from hermes.toyworld.model import tokens_per_frame
 from hermes.toyworld.questions import RECALL, SIDES, Question
-from hermes.toyworld.questions2 import HELDOUT_WORDINGS, TRAIN_WORDINGS, WHERE, recall, story
+from hermes.toyworld.questions2 import (
+    EXTRA_WORDINGS,
+    HELDOUT_WORDINGS,
+    TRAIN_WORDINGS,
+    WHERE,
+    WIDE,
+    WORDINGS,
+    recall,
+    story,
+)
 from hermes.toyworld.train2 import FrameProbe2, ModelSpec2, TrainSpec2
 from hermes.toyworld.world import COLOURS, WorldError
 from hermes.toyworld.world2 import LANES, SHAPES2, Clip2, lane_of, make_clip2
@@ -143,6 +152,19 @@ def test_held_out_wordings_are_new_sentences_of_trained_words():
     assert GLOBAL_PROMPT in TRAIN_WORDINGS["REC"] and LOCAL_PROMPT in TRAIN_WORDINGS["NOW"]
 
 
+def test_extra_wordings_are_trained_words_never_held_out_and_join_the_training_ones():
+    trained = set().union(*(_words(t) for ts in TRAIN_WORDINGS.values() for t in ts))
+    assert set(EXTRA_WORDINGS) == set(TRAIN_WORDINGS)
+    for task, extra in EXTRA_WORDINGS.items():
+        assert not set(extra) & (set(TRAIN_WORDINGS[task]) | set(HELDOUT_WORDINGS.get(task, ()))), task
+        assert all(_words(t) <= trained for t in extra), task  # the tokenizer's words stay the stages'
+        assert WORDINGS[WIDE][task] == (*TRAIN_WORDINGS[task], *extra)
+    stream = sample_stream2(5, 12, 8, wording=WIDE)
+    wide = _sentences(tuple(t for ts in WORDINGS[WIDE].values() for t in ts))
+    assert stream.questions and all(q.wording == WIDE for q in stream.questions)
+    assert all(q.text in wide for q in stream.questions)
+
+
 def test_recall_answers_with_the_events_so_far():
     clip = make_clip2(7)
     first = clip.visits[0]
@@ -216,7 +238,7 @@ def test_the_page_suggests_each_toy_models_questions_and_says_where_they_look(to
     # The attention panel says where the served model's questions look, from its card's measured lifts.
     assert len(toy2.card.layers["evidence (backward questions)"]) == 8
     (note,) = layers_note(toy2)
-    assert "measured over 8 layers" in note and "evidence (backward questions): most in layer 4 (1.47x)" in note
+    assert "measured over 8 layers" in note and "evidence (backward questions): most in layer 4 (1.51x)" in note
     assert layers_note(tiny) == []
 
 
@@ -321,6 +343,48 @@ def test_validation_asks_its_clips_again_in_the_held_out_wordings():
     assert {k for k in scores if not k.endswith(" new words")} == {q.task for q in old}
     assert {k for k in scores if k.endswith(" new words")} == {f"{q.task} new words" for q in asked}
     assert all(0.0 <= v <= 1.0 for v in scores.values())
+
+
+def test_the_polish_trains_the_language_model_alone_from_a_checkpoint_of_the_same_stages(tmp_path):
+    """`--from`: a checkpoint of the recipe's stages (by its record's settings hash) is polished
+    without training the stages again; the vision tower stays as it was; any other checkpoint is refused."""
+    from dataclasses import replace
+
+    from hermes.models.loading import load_video_lm
+    from hermes.toyworld.recipe import RECORD
+    from hermes.toyworld.train import Stage
+    from hermes.toyworld.train2 import Polish, Trainer2
+
+    tiny = ModelSpec2(layers=2, hidden=32, intermediate=64)
+    spec = TrainSpec2(
+        model=tiny,
+        pretrain_steps=0,
+        stages=(Stage(1, (2, 3), 3),),
+        batch=2,
+        val_streams=1,
+        val_frames=8,
+        polish=Polish(steps=2, frames=(4, 6), questions=3, batch=1, warmup=1),
+    )
+    stages = replace(spec, polish=None)
+    start = tmp_path / "stages"
+    curve = Trainer2(stages, log=lambda line: None).run(start)
+    (start / RECORD).write_text(json.dumps({"settings_hash": stages.settings_hash(), "curve": curve}))
+
+    polished = Trainer2(spec, log=lambda line: None)
+    polished.run(tmp_path / "polished", start=start)
+    old = load_video_lm(str(start), dtype="fp32").model.state_dict()
+    new = load_video_lm(str(tmp_path / "polished"), dtype="fp32").model.state_dict()
+    vision = [k for k in old if "vision_tower" in k or "multi_modal_projector" in k]
+    language = [k for k in old if "language_model" in k]
+    assert vision and all(torch.equal(old[k], new[k]) for k in vision)
+    assert any(not torch.equal(old[k], new[k]) for k in language)
+    assert [p["polish_step"] for p in polished.curve if "polish_step" in p] == [2]
+    assert polished.curve[: len(curve)] == curve
+
+    other = replace(spec, train_seed0=1)
+    with pytest.raises(ValueError, match="not this recipe's stages"):
+        Trainer2(other, log=lambda line: None).run(start=start)
+    assert spec.settings_hash() != stages.settings_hash()
 
 
 def test_the_committed_toy2_model_is_the_recipes_and_meets_its_record():

@@ -35,6 +35,12 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     train.add_argument("--clips", type=int, default=None, help="score only the first N held-out clips")
     add_world_option(train)
     train.add_argument(
+        "--from",
+        dest="start",
+        default=None,
+        help="world v2: a checkpoint of the recipe's stages (its training.json says so) to run only the polish on",
+    )
+    train.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on a busy machine)"
     )
     train.set_defaults(func=cmd_train)
@@ -147,7 +153,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     world = WORLDS[args.world]
     heldout = args.heldout or str(world.heldout)
     log = lambda line: print(line, flush=True)  # noqa: E731
-    report = train_and_score(args.out, heldout, args.threads, log, world.spec(), args.clips)
+    report = train_and_score(args.out, heldout, args.threads, log, world.spec(), args.clips, args.start)
     print(json.dumps(report["heldout"], indent=1))
     return 0
 

@@ -12,7 +12,9 @@ model can read.
 
 Every task has several wordings (synonyms, word order). `TRAIN_WORDINGS` are used in training;
 `HELDOUT_WORDINGS` are never: they recombine the training words (no new word, since a word never
-trained means nothing to the model) and are scored apart.
+trained means nothing to the model) and are scored apart. `EXTRA_WORDINGS`, in the training words
+too, join the training ones in the recipe's last stage only (the polish, `train2.Polish`), so that
+each cue word ("now", "tell me", "which") is asked of more tasks than one.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from hermes.toyworld.questions import (
 from hermes.toyworld.world import COLOURS
 from hermes.toyworld.world2 import LANES, SHAPES2, Clip2
 
-TRAIN, HELDOUT = "train", "heldout"
+TRAIN, HELDOUT, WIDE = "train", "heldout", "wide"  # WIDE: the training wordings and the extra ones
 # How a lane is named inside a question.
 WHERE = {"top": "at the top", "middle": "in the middle", "bottom": "at the bottom"}
 
@@ -71,7 +73,24 @@ HELDOUT_WORDINGS: dict[str, tuple[str, ...]] = {
     "REC": ("What happened so far?",),
     "NOW": ("What is on screen now?", "What do you see?"),
 }
-WORDINGS = {TRAIN: TRAIN_WORDINGS, HELDOUT: HELDOUT_WORDINGS}
+# Written after the held-out scores showed which cues a model had tied to one task (docs/toyworld.md):
+# "now" was never asked of the side, "tell me" never of a shape.
+EXTRA_WORDINGS: dict[str, tuple[str, ...]] = {
+    "OJR": ("Which shape is {where} now?", "Tell me the shape {where}."),
+    "ATR": ("What colour is the {shape} now?", "Tell me the colour of the {shape} now."),
+    "STU": ("Is the {shape} on the left or the right now?", "Tell me which side the {shape} is on."),
+    "EPM": ("Which colour did the {shape} have?",),
+    "EPM-first": ("Tell me which colour the {shape} had at first.",),
+    "HLD": ("Was there a {colour} {shape}?", "Have you seen a {colour} {shape} so far?"),
+    "SSR": ("Is there a {colour} {shape} now?", "Do you see a {colour} {shape}?"),
+    "REC": ("Tell me what happened.",),
+    "NOW": ("What is happening?", "Tell me what is on screen."),
+}
+WORDINGS = {
+    TRAIN: TRAIN_WORDINGS,
+    HELDOUT: HELDOUT_WORDINGS,
+    WIDE: {task: (*ts, *EXTRA_WORDINGS[task]) for task, ts in TRAIN_WORDINGS.items()},
+}
 OPTIONS2: dict[str, tuple[str, ...]] = {
     "OJR": (*SHAPES2, NOTHING),
     "ATR": tuple(COLOURS),

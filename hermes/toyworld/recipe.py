@@ -25,13 +25,11 @@ from hermes.toyworld.data import Packer, Stream
 from hermes.toyworld.data2 import frame_label2
 from hermes.toyworld.files import read_events
 from hermes.toyworld.questions import Question
-from hermes.toyworld.train import Trainer, TrainSpec, target_logits
+from hermes.toyworld.train import RECORD, Trainer, TrainSpec, target_logits
 from hermes.toyworld.train2 import Trainer2, TrainSpec2
 from hermes.toyworld.world import WORLD_FPS
 from hermes.toyworld.world2 import Clip2
 from hermes.video.frames_folder import iter_video
-
-RECORD = "training.json"
 
 
 def score_heldout(model_dir: str | Path, heldout: str | Path, clips: int | None = None) -> dict:
@@ -84,21 +82,30 @@ def train_and_score(
     log: Callable[[str], None] = print,
     spec: TrainSpec | None = None,
     clips: int | None = None,
+    start: str | Path | None = None,
 ) -> dict:
     """Train with `spec` (the recipe's settings by default) into `out`, score the held-out set (its
-    first `clips` clips, or all), write `training.json`; the record."""
+    first `clips` clips, or all), write `training.json`; the record. With `start` (the second world
+    only), polish that checkpoint of the same stages instead of training them again; the record then
+    counts its time too, and says how each part ran."""
     torch.set_num_threads(threads)
     spec = spec or TrainSpec()
+    if start is not None and not isinstance(spec, TrainSpec2):
+        raise ValueError("only the second world's recipe can start from a checkpoint (it has a polish)")
     load_before = os.getloadavg()
     started = time.monotonic()
-    trainer = (Trainer2 if isinstance(spec, TrainSpec2) else Trainer)(spec, log=log)
-    curve = trainer.run(out)
-    seconds = time.monotonic() - started
+    curve = Trainer2(spec, log=log).run(out, start) if isinstance(spec, TrainSpec2) else Trainer(spec, log=log).run(out)
+    seconds = round(time.monotonic() - started, 1)
+    parts = [{"part": "polish" if start else "all", "train_seconds": seconds, "threads": threads}]
+    if start is not None:
+        before = json.loads(Path(start, RECORD).read_text())
+        parts.insert(0, {"part": "stages", "train_seconds": before["train_seconds"], "threads": before["threads"]})
     report = {
         "settings_hash": spec.settings_hash(),
         "settings": spec.to_dict(),
-        "train_seconds": round(seconds, 1),
+        "train_seconds": round(sum(p["train_seconds"] for p in parts), 1),
         "threads": threads,
+        "parts": parts,
         "load_average": {"start": load_before, "end": os.getloadavg()},
         "curve": curve,
         "heldout": score_heldout(out, heldout, clips),

@@ -47,6 +47,7 @@ BACKWARD_HEAVY = (
 )
 # Bump when the data or the recipe changes in a way the settings do not show.
 RECIPE_VERSION = 1
+RECORD = "training.json"  # a trained checkpoint's record of how it was made (`hermes.toyworld.recipe`)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,17 @@ def learning_rate(spec: TrainSpec, step: int) -> float:
     return spec.min_lr + 0.5 * (spec.lr - spec.min_lr) * (1 + math.cos(math.pi * min(1.0, done)))
 
 
+def adamw(named: list[tuple[str, torch.nn.Parameter]], spec: TrainSpec, lr: float | None = None) -> torch.optim.AdamW:
+    """The recipe's optimiser over `named` parameters: weight decay on matrices but not embeddings."""
+    decay = [p for n, p in named if p.ndim >= 2 and "embed" not in n]
+    rest = [p for n, p in named if not (p.ndim >= 2 and "embed" not in n)]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": spec.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=spec.lr if lr is None else lr,
+        betas=(0.9, 0.98),
+    )
+
+
 class FrameProbe(torch.nn.Module):
     """A training aid, not part of the checkpoint: linear read-outs of what a frame shows (shape,
     colour, side) from the mean of the frame's tokens. Early in the
@@ -184,14 +196,7 @@ class Trainer:
         self.model = model
         self.packer = Packer(self.lm, self.frame_label)
         self.probe = self.make_probe()
-        named = [*model.named_parameters(), *self.probe.named_parameters(prefix="probe")]
-        decay = [p for n, p in named if p.ndim >= 2 and "embed" not in n]
-        rest = [p for n, p in named if not (p.ndim >= 2 and "embed" not in n)]
-        self.opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": spec.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-            lr=spec.lr,
-            betas=(0.9, 0.98),
-        )
+        self.opt = adamw([*model.named_parameters(), *self.probe.named_parameters(prefix="probe")], spec)
         vision = [*model.model.vision_tower.parameters(), *model.model.multi_modal_projector.parameters()]
         self.pre_opt = torch.optim.AdamW([*vision, *self.probe.parameters()], lr=spec.pretrain_lr, weight_decay=0.0)
         weights = dict(spec.task_weights)
@@ -263,21 +268,24 @@ class Trainer:
         return float(loss.detach())
 
     def step(self, step: int) -> float:
-        """One optimiser step; the batch's mean loss."""
+        """One optimiser step of the stages; the batch's mean loss."""
         spec = self.spec
-        self.model.train()
         batch = self.packer.pack(self.streams(step), np.random.default_rng(spec.train_seed0 + step))
+        return self.update(self.opt, batch, learning_rate(spec, step), spec.stage_at(step).frame_loss)
+
+    def update(self, opt: torch.optim.Optimizer, batch: Batch, lr: float, frame_loss: float = 0.0) -> float:
+        """One step of `opt` at `lr` on `batch` (with the frame probe's loss at `frame_loss`); its mean loss."""
+        self.model.train()
         logits, frames = target_logits(self.model, batch)
         loss = self.loss(logits, batch)
-        stage = spec.stage_at(step)
-        if stage.frame_loss > 0:
-            loss = loss + stage.frame_loss * self.probe.loss(frames, batch.frame_labels)
-        for group in self.opt.param_groups:
-            group["lr"] = learning_rate(spec, step)
-        self.opt.zero_grad(set_to_none=True)
+        if frame_loss > 0:
+            loss = loss + frame_loss * self.probe.loss(frames, batch.frame_labels)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), spec.clip_norm)
-        self.opt.step()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.clip_norm)
+        opt.step()
         return float(loss.detach())
 
     def validate(self) -> dict[str, float]:
