@@ -301,7 +301,7 @@ def test_the_budget_line_is_the_published_budget_bytes():
 # -- app.py ----------------------------------------------------------------------------------
 
 
-def test_app_falls_back_to_the_toy_model_then_to_random_weights_with_a_banner(monkeypatch):
+def test_app_falls_back_to_a_toy_model_then_to_random_weights_with_a_banner(monkeypatch):
     import app as app_module
     from hermes.models import loading
     from hermes.serving import load_model_or_fallback
@@ -309,11 +309,15 @@ def test_app_falls_back_to_the_toy_model_then_to_random_weights_with_a_banner(mo
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm, error = load_model_or_fallback("nobody/no-such-video-model", device="cpu")
-    assert lm.source == "toy" and not lm.random_weights and "no-such-video-model" in error
+    assert lm.source == "toy2" and not lm.random_weights and "no-such-video-model" in error
     banner = model_banner(lm, error)
     assert "trained here on synthetic clips" in banner and "answers are noise" not in banner
-    assert lm.card.stream["budget"] == 34  # the stream it was trained for: the app's defaults
-    # Without the toy model, a random-weight stand-in of the CPU default's architecture (Qwen3.5, 24 layers).
+    assert lm.card.stream["budget"] == 260  # the stream it was trained for: the app's defaults
+    # Without world v2's model, the easy world's.
+    monkeypatch.setitem(loading.TRAINED_ALIASES, "toy2", loading.TOY2_MODEL_DIR.parent / "missing")
+    lm, error = load_model_or_fallback("nobody/no-such-video-model", device="cpu")
+    assert lm.source == "toy" and not lm.random_weights and lm.card.stream["budget"] == 34
+    # Without either, a random-weight stand-in of the CPU default's architecture (Qwen3.5, 24 layers).
     monkeypatch.setitem(loading.TRAINED_ALIASES, "toy", loading.TOY_MODEL_DIR.parent / "missing")
     lm, error = load_model_or_fallback("nobody/no-such-video-model", device="cpu")
     assert lm.random_weights and lm.num_layers == 24 and "no-such-video-model" in error

@@ -1,7 +1,7 @@
-"""The app on the toy model in a real headless Chromium, offline: when the requested model cannot
-load, the app starts on the toy model trained here (a banner says so, and no random-weight warning),
-its own clips are the samples, and in Compare a backward question about the start of a toy clip gets
-HERMES's right answer beside FIFO's."""
+"""The app on a toy model in a real headless Chromium, offline: when the requested model cannot
+load, the app starts on world v2's toy model trained here (a banner says so, and no random-weight
+warning), its own clips are the first samples, and in Compare a backward question about the start of
+one of them gets HERMES's right answer beside FIFO's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from hermes.models.loading import SAMPLES_FILE, TOY_SAMPLES
+from hermes.models.loading import SAMPLES_FILE, TOY2_SAMPLES
 from hermes.serving import StreamRegistry, bundled_samples, load_model_or_fallback
 from tests.browsers import TIMEOUT_MS, chat_when, open_page
 from tests.test_app import free_port
@@ -35,16 +35,16 @@ def toy_app():
 
 def test_the_toy_model_stands_in_and_its_clips_come_first(toy_app):
     _, lm = toy_app
-    assert lm.source == "toy" and not lm.random_weights
+    assert lm.source == "toy2" and not lm.random_weights
     samples = bundled_samples(lm)
     first = next(iter(samples.values()))
-    assert first.path.parent == TOY_SAMPLES and first.suggestions
+    assert first.path.parent == TOY2_SAMPLES and first.suggestions
     assert {s.kind for s in first.suggestions} == {"real-time", "backward", "forward"}
 
 
 def test_compare_on_a_toy_clip_shows_fifo_forgetting(browser, toy_app, tmp_path):
     url, _ = toy_app
-    sample = json.loads((TOY_SAMPLES / SAMPLES_FILE).read_text())[0]
+    sample = json.loads((TOY2_SAMPLES / SAMPLES_FILE).read_text())[0]
     question = next(q for q in sample["questions"] if q["kind"] == "backward" and q["answers"]["hermes"] == q["answer"])
     page, errors = open_page(browser, url, viewport={"width": 1400, "height": 1100})
     banner = page.inner_text(".banner")
@@ -55,7 +55,7 @@ def test_compare_on_a_toy_clip_shows_fifo_forgetting(browser, toy_app, tmp_path)
     page.get_by_label("max", exact=True).check()
     page.click("#start-sample")
     page.wait_for_function(
-        "() => /32 seen by the model/.test(document.querySelector('#status').innerText)", timeout=3 * TIMEOUT_MS
+        "() => /64 seen by the model/.test(document.querySelector('#status').innerText)", timeout=3 * TIMEOUT_MS
     )
     page.fill("#question textarea", question["text"])
     page.click("#ask")

@@ -31,15 +31,16 @@ def test_the_stand_in_has_the_defaults_architecture() -> None:
     assert fallback_model("nobody/else", "cuda") == "tiny-24"
 
 
-def test_offline_the_cpu_default_falls_back_to_the_toy_model_else_a_random_qwen35(
+def test_offline_the_cpu_default_falls_back_to_a_toy_model_else_a_random_qwen35(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from hermes.models import loading
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm, error = load_model_or_fallback(None, device="cpu")
-    assert CPU_DEFAULT_MODEL in error and lm.source == "toy" and lm.dtype_name == "fp32"
-    monkeypatch.setitem(loading.TRAINED_ALIASES, "toy", loading.TOY_MODEL_DIR.parent / "missing")
+    assert CPU_DEFAULT_MODEL in error and lm.source == "toy2" and lm.dtype_name == "fp32"
+    for alias in ("toy2", "toy"):
+        monkeypatch.setitem(loading.TRAINED_ALIASES, alias, loading.TOY_MODEL_DIR.parent / "missing")
     lm, error = load_model_or_fallback(None, device="cpu")
     assert CPU_DEFAULT_MODEL in error and lm.random_weights
     assert (lm.arch, lm.num_layers, lm.kv_layers) == ("qwen3_5", 24, 6)  # Qwen3.5-0.8B's layer pattern

@@ -401,6 +401,33 @@ def test_the_committed_toy2_model_is_the_recipes_and_meets_its_record():
     assert recorded["backward"][0] == pytest.approx(scores["backward"], abs=0.01)
 
 
+def test_toy2s_own_samples_are_rebuilt_as_committed_and_show_fifo_forgetting(toy2, tmp_path):
+    """The app's v2 clips: `build_samples` remakes the committed first one (same clip, questions in
+    training wordings, same answers), and on it the full cache and HERMES answer an early backward
+    question right where FIFO does not, with every question about the present right."""
+    from hermes.models.loading import SAMPLES_FILE, TOY2_SAMPLES
+    from hermes.serving.samples import bundled_samples
+    from hermes.toyworld.samples import build_samples
+
+    committed = json.loads((TOY2_SAMPLES / SAMPLES_FILE).read_text())
+    assert len(committed) == 3 and toy2.card.samples
+    assert next(iter(bundled_samples(toy2).values())).path.parent == TOY2_SAMPLES
+    (rebuilt,) = json.loads(
+        (build_samples(tmp_path, toy2, toy2.card.stream, keep=1, world="v2") / SAMPLES_FILE).read_text()
+    )
+    assert rebuilt == committed[0]
+    trained = _sentences(tuple(t for ts in TRAIN_WORDINGS.values() for t in ts))
+    asked = rebuilt["questions"]
+    assert all(q["text"] in trained for q in asked) and rebuilt["watch"]["text"] in trained
+    assert any(
+        q["kind"] == "backward"
+        and q["answers"]["full"] == q["answers"]["hermes"] == q["answer"] != q["answers"]["fifo"]
+        for q in asked
+    )
+    now = [q for q in asked if q["kind"] == "real-time"]
+    assert now and all(q["answers"]["full"] == q["answer"] for q in now)
+
+
 def test_the_bench_runs_on_the_second_world(toy2):
     from hermes.toyworld.paths import HELDOUT2_DIR
 

@@ -76,7 +76,7 @@ def random_weights_banner(lm: VideoLM, load_error: str | None = None) -> str | N
     why = ""
     if load_error:
         why = (
-            f"The requested model could not be loaded, and neither could the toy model trained here, so the app "
+            f"The requested model could not be loaded, and neither could the toy models trained here, so the app "
             f"runs <code>{html.escape(lm.source)}</code> instead: a model of the same architecture "
             f"({lm.num_layers} layers) with random weights.<div class='banner-reason'>{html.escape(load_error)}</div>"
         )

@@ -12,8 +12,6 @@ from hermes.cli.options import add_param_option, parse_params
 
 
 def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from hermes.toyworld.paths import SAMPLES_DIR
-
     p = sub.add_parser(
         "toyworld",
         help="the toy world: make clips, train the toy model, run the memory benchmark",
@@ -48,9 +46,10 @@ def add_toyworld_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     samples = toy.add_parser(
         "samples", help="write the app's toy clips with suggested questions (where HERMES and FIFO answer apart)"
     )
-    samples.add_argument("--out", default=str(SAMPLES_DIR), help="folder to write into (default: the app's)")
-    samples.add_argument("--model", default="toy", help="the trained toy model (default) or a checkpoint folder")
+    samples.add_argument("--out", default=None, help="folder to write into (default: the app's, for the world)")
+    samples.add_argument("--model", default=None, help="the world's trained toy model (default) or a checkpoint folder")
     samples.add_argument("--clips", type=int, default=3, help="samples to keep")
+    add_world_option(samples)
     samples.set_defaults(func=cmd_samples)
 
     _add_bench_and_layers(toy)
@@ -132,14 +131,17 @@ def cmd_make(args: argparse.Namespace) -> int:
 
 def cmd_samples(args: argparse.Namespace) -> int:
     from hermes.models.loading import load_video_lm, set_threads
-    from hermes.toyworld.model import card
     from hermes.toyworld.samples import build_samples
+    from hermes.toyworld.worlds import WORLDS
 
     if args.clips < 1:
         raise ValueError("--clips must be at least 1")
-    lm = load_video_lm(args.model, dtype="fp32")
+    world = WORLDS[args.world]
+    lm = load_video_lm(args.model or world.model, dtype="fp32")
+    if not lm.card.stream:
+        raise ValueError(f"{lm.source}: its card (hermes.json) has no stream settings to stream the samples at")
     set_threads(1)
-    out = build_samples(args.out, lm, card().stream, keep=args.clips)
+    out = build_samples(args.out or world.samples, lm, lm.card.stream, keep=args.clips, world=args.world)
     print(f"wrote {args.clips} sample clips with their suggested questions to {out}")
     return 0
 

@@ -49,7 +49,9 @@ TOY_SAMPLES = TOY_MODEL_DIR.parent / "samples"
 SAMPLES_FILE = "samples.json"
 # The second toy world's model (several objects at once, 8 layers; docs/toyworld.md, world v2).
 TOY2_MODEL_DIR = TOY_MODEL_DIR.parents[1] / "toyworld2" / "model"
+TOY2_SAMPLES = TOY2_MODEL_DIR.parent / "samples"
 TRAINED_ALIASES: dict[str, Path] = {"toy": TOY_MODEL_DIR, "toy2": TOY2_MODEL_DIR}
+TRAINED_SAMPLES: dict[str, Path] = {"toy": TOY_SAMPLES, "toy2": TOY2_SAMPLES}  # alias -> its own sample clips
 RANDOM_MARKER = "HERMES_RANDOM_WEIGHTS"
 
 

@@ -20,9 +20,10 @@ from hermes.models.loading import (
 # Random weights, each default checkpoint's architecture and 24 layers.
 FALLBACK_MODELS = {DEFAULT_MODEL: "tiny-24", CPU_DEFAULT_MODEL: "tiny-qwen35-24"}
 FALLBACK_MODEL = FALLBACK_MODELS[DEFAULT_MODEL]
-# Before random weights: the toy model (docs/toyworld.md), whose answers on the toy clips are right or
-# wrong. It is 0.7 M parameters trained in fp32, so it runs in fp32 whatever the dtype asked for.
-TRAINED_FALLBACK = "toy"
+# Before random weights: a toy model (docs/toyworld.md), whose answers on its clips are right or wrong;
+# world v2's first (several objects at once, held-out wordings), then the easy world's. Each is under
+# a million parameters trained in fp32, so it runs in fp32 whatever the dtype asked for.
+TRAINED_FALLBACKS = ("toy2", "toy")
 
 __all__ = [
     "AUTO_DTYPE_HELP",
@@ -51,8 +52,9 @@ def load_model_or_fallback(
     device_map: str | None = None,
 ) -> tuple[VideoLM, str | None]:
     """(model, load error or None): `name` (default: the device's default model); when it cannot
-    load, the trained toy model, else its random-weight stand-in (`fallback_model`: a default
-    checkpoint's architecture with its 24 layers), with why the requested one could not load.
+    load, a trained toy model (`TRAINED_FALLBACKS`, the first there is), else its random-weight
+    stand-in (`fallback_model`: a default checkpoint's architecture with its 24 layers), with why the
+    requested one could not load.
 
     `dtype` ('auto', 'bf16', 'fp16', 'fp32') and `device_map` ('auto', ...) as for load_video_lm;
     a bad value raises ValueError. A fallback goes to one device.
@@ -62,12 +64,13 @@ def load_model_or_fallback(
         return load_video_lm(name, device=device, dtype=dtype, device_map=device_map), None
     except ModelLoadError as exc:
         reason = str(exc)
-    try:
-        lm = load_video_lm(TRAINED_FALLBACK, device=device, dtype="fp32")
-        log.warning("%s; starting on the toy model trained here instead", reason)
-        return lm, reason
-    except ModelLoadError as missing:  # a checkout without the toy model's folder
-        log.warning("%s", missing)
+    for toy in TRAINED_FALLBACKS:
+        try:
+            lm = load_video_lm(toy, device=device, dtype="fp32")
+            log.warning("%s; starting on the toy model trained here (%s) instead", reason, toy)
+            return lm, reason
+        except ModelLoadError as missing:  # a checkout without this toy model's folder
+            log.warning("%s", missing)
     fallback = fallback_model(name, device)
     log.warning("%s; starting on %s (random weights) instead", reason, fallback)
     return load_video_lm(fallback, device=device, dtype=dtype), reason

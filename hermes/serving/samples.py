@@ -1,8 +1,8 @@
 """The clips bundled with the app, with what to ask about each.
 
-Two real clips, and the toy world's samples (docs/toyworld.md), each with suggested questions of
+Two real clips, and each toy world's samples (docs/toyworld.md), each with suggested questions of
 three kinds: about the present, about the past (with what each memory answered when the samples
-were made), and a standing question to watch. A model whose card names samples of its own (the toy
+were made), and a standing question to watch. A model whose card names samples of its own (a toy
 model) starts on the first of them.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes.models.base import VideoLM
-from hermes.models.loading import SAMPLES_FILE, TOY_SAMPLES
+from hermes.models.loading import SAMPLES_FILE, TRAINED_SAMPLES
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 REAL_SAMPLES = {
@@ -59,12 +59,12 @@ def read_samples(folder: str | Path) -> list[Sample]:
 
 
 def bundled_samples(lm: VideoLM | None = None) -> dict[str, Sample]:
-    """Every bundled sample by title: the model's own first (its card's), then the real clips,
-    then the toy world's."""
+    """Every bundled sample by title: the model's own first (a toy model whose card says it has
+    them), then the real clips, then the toy worlds'."""
     real = [Sample(title, path) for title, path in REAL_SAMPLES.items()]
-    toy = read_samples(TOY_SAMPLES)
-    first = toy if lm is not None and lm.card.samples else []
-    ordered = [*first, *real, *(s for s in toy if s not in first)]
+    toys = {alias: read_samples(folder) for alias, folder in TRAINED_SAMPLES.items()}
+    first = toys.get(lm.source, []) if lm is not None and lm.card.samples else []
+    ordered = [*first, *real, *(s for toy in toys.values() for s in toy if s not in first)]
     return {s.title: s for s in ordered}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes.models.loading import TOY2_MODEL_DIR, TOY_MODEL_DIR, TOY_SAMPLES
+from hermes.models.loading import TOY2_MODEL_DIR, TOY2_SAMPLES, TOY_MODEL_DIR, TOY_SAMPLES
 
 TOYWORLD_DIR = TOY_MODEL_DIR.parent
 HELDOUT_DIR = TOYWORLD_DIR / "heldout"
@@ -10,3 +10,4 @@ MODEL_DIR = TOY_MODEL_DIR
 SAMPLES_DIR = TOY_SAMPLES  # the app's toy clips, where the app reads them
 MODEL2_DIR = TOY2_MODEL_DIR  # the second world's model, with its held-out set beside it
 HELDOUT2_DIR = TOY2_MODEL_DIR.parent / "heldout"
+SAMPLES2_DIR = TOY2_SAMPLES

@@ -337,7 +337,7 @@ QUESTIONS2 = (
 
 def card2(frames: int = 64, chunk_frames: int = 4) -> ModelCard:
     """The second toy model's card: one frame a step, 4-frame chunks, a budget of a quarter of a
-    held-out stream, HERMES beside FIFO; no bundled samples (the app's toy clips are the first world's)."""
+    held-out stream, HERMES beside FIFO; its own sample clips (`toyworld samples --world v2`)."""
     per_frame = tokens_per_frame(ModelSpec2.image_side, ModelSpec2.patch)
     tokens = frames * per_frame + frames // chunk_frames
     stream = {
@@ -346,4 +346,4 @@ def card2(frames: int = 64, chunk_frames: int = 4) -> ModelCard:
         "budget": tokens // 4,
         "compare_policies": ["hermes", "fifo"],
     }
-    return ModelCard(about=ABOUT2, stream=stream, samples=False, questions=QUESTIONS2)
+    return ModelCard(about=ABOUT2, stream=stream, samples=True, questions=QUESTIONS2)

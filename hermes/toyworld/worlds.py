@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes.toyworld.paths import HELDOUT2_DIR, HELDOUT_DIR
+from hermes.toyworld.paths import HELDOUT2_DIR, HELDOUT_DIR, SAMPLES2_DIR, SAMPLES_DIR
 
 
 def _recipe1() -> object:
@@ -23,15 +23,17 @@ def _recipe2() -> object:
 
 @dataclass(frozen=True)
 class World:
-    """A toy world: its model's alias, its held-out set, and its recipe's training settings (`spec()`)."""
+    """A toy world: its model's alias, its held-out set, its recipe's training settings (`spec()`) and
+    the folder of the app's sample clips for it."""
 
     name: str
     model: str
     heldout: Path
     spec: Callable[[], object]
+    samples: Path
 
 
 WORLDS = {
-    "v1": World("v1", "toy", HELDOUT_DIR, _recipe1),  # one object at a time (the easy world)
-    "v2": World("v2", "toy2", HELDOUT2_DIR, _recipe2),  # two or three objects at once, 64-step clips
+    "v1": World("v1", "toy", HELDOUT_DIR, _recipe1, SAMPLES_DIR),  # one object at a time (the easy world)
+    "v2": World("v2", "toy2", HELDOUT2_DIR, _recipe2, SAMPLES2_DIR),  # two or three objects at once, 64-step clips
 }
