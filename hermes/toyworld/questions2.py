@@ -74,7 +74,7 @@ HELDOUT_WORDINGS: dict[str, tuple[str, ...]] = {
     "NOW": ("What is on screen now?", "What do you see?"),
 }
 # Written after the held-out scores showed which cues a model had tied to one task (docs/toyworld.md):
-# "now" was never asked of the side, "tell me" never of a shape.
+# "now" was never asked of the side, "tell me" never of a lane's shape or a side.
 EXTRA_WORDINGS: dict[str, tuple[str, ...]] = {
     "OJR": ("Which shape is {where} now?", "Tell me the shape {where}."),
     "ATR": ("What colour is the {shape} now?", "Tell me the colour of the {shape} now."),
