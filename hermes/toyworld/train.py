@@ -118,12 +118,17 @@ class TrainSpec:
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def warm_cosine(step: int, lr: float, warmup: int, steps: int, floor: float = 0.0) -> float:
+    """Linear warm-up to `lr` over `warmup` steps, then a cosine down to `floor` at step `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    done = (step - warmup) / max(1, steps - warmup)
+    return floor + 0.5 * (lr - floor) * (1 + math.cos(math.pi * min(1.0, done)))
+
+
 def learning_rate(spec: TrainSpec, step: int) -> float:
-    """Linear warm-up to `lr`, then a cosine down to `min_lr` at the last step."""
-    if step < spec.warmup:
-        return spec.lr * (step + 1) / spec.warmup
-    done = (step - spec.warmup) / max(1, spec.total_steps - spec.warmup)
-    return spec.min_lr + 0.5 * (spec.lr - spec.min_lr) * (1 + math.cos(math.pi * min(1.0, done)))
+    """The stages' rate: a warm-up to `lr`, then a cosine down to `min_lr` at the last step."""
+    return warm_cosine(step, spec.lr, spec.warmup, spec.total_steps, spec.min_lr)
 
 
 def adamw(named: list[tuple[str, torch.nn.Parameter]], spec: TrainSpec, lr: float | None = None) -> torch.optim.AdamW:
@@ -184,6 +189,23 @@ def option_accuracy(logits: torch.Tensor, batch: Batch, packer: Packer) -> dict[
 VAL_QUESTIONS = 16  # questions asked of each validation stream
 
 
+def draw_streams(
+    sample: Callable[[int, int, int, dict[str, float]], Stream],
+    first: int,
+    n: int,
+    frames: tuple[int, int],
+    questions: int,
+    weights: dict[str, float],
+) -> list[Stream]:
+    """`n` streams made by `sample` from seeds `first` on, each of a length in `frames` (inclusive)
+    drawn from its own seed, with `questions` each."""
+    out = []
+    for seed in range(first, first + n):
+        length = int(np.random.default_rng(seed).integers(frames[0], frames[1] + 1))
+        out.append(sample(seed, length, questions, weights))
+    return out
+
+
 class Trainer:
     """One training run of `spec`; `run` trains, logging to `log` and checkpointing to `out`. The
     world's parts (its words, streams, probe and card) are the methods a second world overrides."""
@@ -237,12 +259,8 @@ class Trainer:
     def streams(self, step: int) -> list[Stream]:
         stage = self.spec.stage_at(step)
         weights = dict(stage.weights or self.spec.task_weights)
-        out = []
-        for i in range(self.batch_size(step)):
-            seed = self.spec.train_seed0 + step * self.stride + i
-            frames = int(np.random.default_rng(seed).integers(stage.frames[0], stage.frames[1] + 1))
-            out.append(self.sample(seed, frames, stage.questions, weights))
-        return out
+        first = self.spec.train_seed0 + step * self.stride
+        return draw_streams(self.sample, first, self.batch_size(step), stage.frames, stage.questions, weights)
 
     def pretrain_step(self, step: int) -> float:
         """One step of the vision tower and the frame probe alone, on frames of short clips."""
@@ -306,6 +324,13 @@ class Trainer:
                 hits[q.task].append(bool((logits[rows].argmax(-1) == batch.targets[rows, 2]).all()))
         return {task: float(np.mean(ok)) for task, ok in sorted(hits.items())}
 
+    def record(self, point: dict[str, Any], validate: bool = False) -> None:
+        """Add `point` to the curve (with the validation's scores if `validate`) and log it."""
+        if validate:
+            point["val"] = self.validate()
+        self.curve.append(point)
+        self.log(json.dumps(point))
+
     def run(self, out: str | Path | None = None) -> list[dict]:
         """Train every stage; the curve (loss every 25 steps, validation every `eval_every`)."""
         spec = self.spec
@@ -320,8 +345,7 @@ class Trainer:
                     "elapsed_s": round(time.monotonic() - started, 1),
                 }
                 losses = []
-                self.curve.append(point)
-                self.log(json.dumps(point))
+                self.record(point)
         for step in range(spec.total_steps):
             losses.append(self.step(step))
             last = step + 1 == spec.total_steps
@@ -334,10 +358,7 @@ class Trainer:
                     "elapsed_s": round(time.monotonic() - started, 1),
                 }
                 losses = []
-                if (step + 1) % spec.eval_every == 0 or last:
-                    point["val"] = self.validate()
-                self.curve.append(point)
-                self.log(json.dumps(point))
+                self.record(point, validate=(step + 1) % spec.eval_every == 0 or last)
         if out is not None:
             self.save(out)
         return self.curve

@@ -16,7 +16,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,16 @@ from hermes.toyworld.questions2 import (
     WIDE,
     vocabulary2,
 )
-from hermes.toyworld.train import RECORD, VAL_QUESTIONS, Stage, Trainer, TrainSpec, adamw
+from hermes.toyworld.train import (
+    RECORD,
+    VAL_QUESTIONS,
+    Stage,
+    Trainer,
+    TrainSpec,
+    adamw,
+    draw_streams,
+    warm_cosine,
+)
 from hermes.toyworld.world import COLOURS, WORLD_FPS
 from hermes.toyworld.world2 import GRID, LANES, SHAPES2, spec_facts
 
@@ -91,12 +100,6 @@ class Polish:
     warmup: int = 50
     weights: tuple[tuple[str, float], ...] = BACKWARD_HEAVY2
     seed0: int = 70_000_000  # stream i of polish step s: seed seed0 + s * batch + i
-
-    def rate(self, step: int) -> float:
-        """Linear warm-up to `lr`, then a cosine to nothing at the last step."""
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        return 0.5 * self.lr * (1 + math.cos(math.pi * (step - self.warmup) / max(1, self.steps - self.warmup)))
 
 
 @dataclass(frozen=True)
@@ -282,27 +285,23 @@ class Trainer2(Trainer):
             p.requires_grad_(False)
         opt = adamw([(n, p) for n, p in self.model.named_parameters() if p.requires_grad], self.spec, polish.lr)
         weights, started, losses = dict(polish.weights), time.monotonic(), []
+        wide = partial(sample_stream2, wording=WIDE)
         for step in range(polish.steps):
-            streams = []
-            for i in range(polish.batch):
-                seed = polish.seed0 + step * polish.batch + i
-                frames = int(np.random.default_rng(seed).integers(polish.frames[0], polish.frames[1] + 1))
-                streams.append(sample_stream2(seed, frames, polish.questions, weights, WIDE))
+            first = polish.seed0 + step * polish.batch
+            streams = draw_streams(wide, first, polish.batch, polish.frames, polish.questions, weights)
             batch = self.packer.pack(streams, np.random.default_rng(polish.seed0 - step - 1))
-            losses.append(self.update(opt, batch, polish.rate(step)))
+            lr = warm_cosine(step, polish.lr, polish.warmup, polish.steps)
+            losses.append(self.update(opt, batch, lr))
             last = step + 1 == polish.steps
             if (step + 1) % 25 == 0 or last:
-                point: dict[str, Any] = {
+                point = {
                     "polish_step": step + 1,
                     "loss": float(np.mean(losses)),
-                    "lr": polish.rate(step),
+                    "lr": lr,
                     "elapsed_s": round(time.monotonic() - started, 1),
                 }
                 losses = []
-                if (step + 1) % self.spec.eval_every == 0 or last:
-                    point["val"] = self.validate()
-                self.curve.append(point)
-                self.log(json.dumps(point))
+                self.record(point, validate=(step + 1) % self.spec.eval_every == 0 or last)
         for p in frozen:
             p.requires_grad_(True)
 
